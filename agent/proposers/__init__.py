@@ -1,0 +1,1 @@
+"""Proposers: where candidate kernels come from (template, llm)."""

@@ -1,0 +1,222 @@
+"""Typed results of the evaluator.
+
+Everything the evaluator says crosses a process boundary (worker -> harness) and a package boundary
+(evaluation -> agent -> store), so each record is a frozen pydantic model that refuses unknown fields.
+Units live in field names (`latency_ms_p50`, `bytes_moved`); nothing is rounded here.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Optional
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Status(str, enum.Enum):
+    """Verdict of one evaluation. Only `passed` means the candidate computes the reference."""
+
+    passed = "passed"
+    compile_error = "compile_error"
+    incorrect = "incorrect"
+    rejected = "rejected"  # a cheat: no Triton launch, PyTorch compute, mutated inputs, patched harness
+    crashed = "crashed"  # the candidate's process died or raised outside compilation
+    timed_out = "timed_out"
+
+
+class Stage(str, enum.Enum):
+    static_check = "static_check"
+    compile = "compile"
+    correctness = "correctness"
+    timing = "timing"
+
+
+class Fingerprint(Record):
+    """The environment an evaluation ran on. Every evaluation row points at one."""
+
+    device_kind: str  # "cpu" | "cuda" | "rocm"
+    device_name: str  # "NVIDIA H200", "cpu (triton interpreter)"
+    arch: str  # "sm_90", "gfx942", "cpu"
+    driver_version: Optional[str] = None
+    cuda_version: Optional[str] = None
+    hip_version: Optional[str] = None
+    triton_version: str
+    torch_version: str
+    python_version: str
+    kernelscout_version: str
+    triton_interpret: bool = False
+
+    def key(self) -> str:
+        """Stable id of this environment (sha256 of the canonical JSON, first 16 hex digits)."""
+        import hashlib
+
+        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]
+
+
+class ShapeCase(Record):
+    """One declared point of a problem's shape/dtype set."""
+
+    case_id: str  # e.g. "M=4096,N=4099|bfloat16"
+    params: dict[str, int]  # the module-level constants bound for this case
+    dtype: str  # torch dtype name for floating inputs: "float32", "bfloat16", "float16"
+    tags: tuple[str, ...] = ()  # "representative", "edge", "largest", "timed", "shipped"
+
+
+class Mismatch(Record):
+    index: tuple[int, ...]
+    expected: float
+    actual: float
+
+
+class ShapeResult(Record):
+    """Correctness of one shape case across all trials (the worst trial is what is reported)."""
+
+    case_id: str
+    params: dict[str, int]
+    dtype: str
+    passed: bool
+    trials: int
+    seeds: tuple[int, ...]
+    atol: float
+    rtol: float
+    max_abs_error: Optional[float] = None
+    max_rel_error: Optional[float] = None
+    mismatch_count: int = 0
+    numel: int = 0
+    first_mismatch: Optional[Mismatch] = None
+    output_shape: Optional[tuple[int, ...]] = None
+    output_dtype: Optional[str] = None
+    message: Optional[str] = None  # why it failed, in one line
+
+
+class TimingStats(Record):
+    latency_ms_p20: float
+    latency_ms_p50: float
+    latency_ms_p80: float
+    latency_ms_min: float
+    latency_ms_mean: float
+    n_samples: int
+    n_warmup: int
+    l2_flushed: bool
+    method: str  # "cuda_graph" | "cuda_events"
+
+
+class Baseline(Record):
+    name: str  # "eager" | "torch_compile"
+    timing: Optional[TimingStats] = None
+    error: Optional[str] = None  # why this baseline has no timing (e.g. torch.compile failed)
+
+
+class Speedup(Record):
+    """Baseline p50 over candidate p50, with a conservative interval from the p20/p80 spreads."""
+
+    baseline: str
+    ratio: float
+    ratio_low: float  # baseline p20 / candidate p80
+    ratio_high: float  # baseline p80 / candidate p20
+    significant: bool  # the interval excludes 1.0
+
+
+class TimedCase(Record):
+    case_id: str
+    params: dict[str, int]
+    dtype: str
+    candidate: TimingStats
+    baselines: tuple[Baseline, ...]
+    speedups: tuple[Speedup, ...]
+    bytes_moved: Optional[int] = None
+    flops: Optional[int] = None
+    achieved_gbps: Optional[float] = None
+    achieved_tflops: Optional[float] = None
+    pct_of_ceiling: Optional[float] = None  # achieved GB/s over the measured copy bandwidth, in %
+
+
+class KernelInfo(Record):
+    """What Triton reports about one compiled kernel (None where the backend gives nothing)."""
+
+    name: str
+    n_regs: Optional[int] = None
+    n_spills: Optional[int] = None
+    shared_bytes: Optional[int] = None
+    num_warps: Optional[int] = None
+    num_stages: Optional[int] = None
+
+
+class EvalResult(Record):
+    """One candidate on one environment: the evaluator's whole verdict."""
+
+    schema_version: int = 1
+    status: Status
+    failed_stage: Optional[Stage] = None
+    error_class: Optional[str] = None  # exception class name or a cheat code, e.g. "NoTritonLaunch"
+    message: Optional[str] = None  # one line for humans and prompts
+    stderr_tail: str = ""  # last few KB of the candidate process's stderr
+    candidate_sha256: str
+    problem_id: str
+    problem_name: str
+    device: str  # "cpu" | "cuda"
+    shape_results: tuple[ShapeResult, ...] = ()
+    timing: tuple[TimedCase, ...] = ()
+    timing_note: Optional[str] = None  # e.g. "not measured on this device (cpu, Triton interpreter)"
+    ceiling_gbps: Optional[float] = None
+    kernels: tuple[KernelInfo, ...] = ()
+    triton_launches: int = 0
+    seeds: tuple[int, ...] = ()
+    fingerprint: Fingerprint
+    started_at: str  # ISO-8601 UTC
+    duration_s: float
+
+    @property
+    def passed(self) -> bool:
+        return self.status is Status.passed
+
+    def speedup(self, baseline: str = "eager") -> Optional[float]:
+        """Geometric mean over timed cases of the speedup against `baseline`, or None if unmeasured."""
+        import math
+
+        ratios = [s.ratio for t in self.timing for s in t.speedups if s.baseline == baseline]
+        if not ratios:
+            return None
+        return math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+
+
+class Tolerance(Record):
+    atol: float
+    rtol: float
+
+
+DEFAULT_TOLERANCES: dict[str, Tolerance] = {
+    "float64": Tolerance(atol=1e-8, rtol=1e-7),
+    "float32": Tolerance(atol=1e-4, rtol=1e-4),
+    "float16": Tolerance(atol=2e-3, rtol=2e-3),
+    "bfloat16": Tolerance(atol=1.6e-2, rtol=1.6e-2),
+}
+
+
+class ProblemInfo(Record):
+    """A problem as the rest of kernelscout sees it (the loaded module stays inside evaluation)."""
+
+    problem_id: str  # sha256 of the normalized reference source + the shape set, first 16 hex
+    name: str
+    op_family: str  # "layernorm", "rmsnorm", "softmax", ..., or "unknown"
+    source_path: str
+    source_sha256: str
+    builtin: bool
+    description: str = ""
+    shape_cases: tuple[ShapeCase, ...]
+    dtypes: tuple[str, ...]
+    tolerances: dict[str, Tolerance]
+    has_byte_model: bool = False
+    has_flop_model: bool = False
+    seed_path: Optional[str] = None  # built-in problems ship a simple correct Triton seed
+
+
+def source_sha256(source: str) -> str:
+    """Identity of a candidate: the sha256 of its exact source text."""
+    import hashlib
+
+    return hashlib.sha256(source.encode()).hexdigest()

@@ -1,0 +1,53 @@
+"""The provenance-tagged store: DuckDB rows (the source of truth) and Chroma vectors (rebuildable).
+
+Public API (the contract the agent, knowledge and lifecycle code rely on):
+
+    Store.open(home: Path | None = None, *, chroma_url: str | None = None) -> Store
+        home defaults to $KSCOUT_HOME, else the user's data directory (platform-specific).
+        Applies pending migrations. Use as a context manager; `close()` releases the file.
+
+    # environments and problems
+    store.record_environment(fp: evaluation.Fingerprint) -> str            (env_id = fp.key())
+    store.record_problem(problem: evaluation.ProblemInfo) -> str           (problem_id)
+
+    # runs
+    store.create_run(run: RunRecord) -> None
+    store.finish_run(run_id, *, status: RunStatus, stop_reason: str, best_candidate_id: str | None) -> None
+    store.get_run(run_id) -> RunRecord           (raises StoreError if unknown; accepts a unique prefix)
+    store.list_runs(limit=50) -> list[RunRecord]
+
+    # candidates and evaluations
+    store.add_candidate(c: CandidateRecord) -> bool        (False if (run_id, candidate_id) already there)
+    store.get_candidate(candidate_id, run_id=None) -> CandidateRecord   (accepts a unique prefix)
+    store.candidates(run_id) -> list[CandidateRecord]      (in insertion order)
+    store.add_evaluation(run_id, candidate_id, result: EvalResult, *, kind="search") -> str  (eval_id)
+        kind: "search" | "remeasure" | "revalidate"
+    store.evaluations(run_id=None, candidate_id=None, kind=None) -> list[tuple[str, str, str, EvalResult]]
+        rows of (eval_id, run_id, candidate_id, result), oldest first
+
+    # what the search learned
+    store.add_outcome(o: OutcomeRecord) -> None            (embedded into Chroma)
+    store.outcomes(op_family=None, arch=None, device_name=None, limit=100) -> list[OutcomeRecord]
+    store.record_failure(op_family, arch, stage, error_class, message, candidate_id) -> FailurePattern
+        (upsert by signature; count += 1; embedded)
+    store.failure_patterns(op_family=None, arch=None, limit=20) -> list[FailurePattern]
+    store.record_llm_call(call: LLMCall) -> None
+    store.llm_calls(run_id) -> list[LLMCall]
+
+    # documents (knowledge's ingest writes these)
+    store.upsert_document(doc: Document, chunks: list[Chunk]) -> str   ("added" | "unchanged" | "replaced")
+    store.documents() -> list[Document]
+    store.chunks(document_id=None) -> list[Chunk]
+
+    # promotions (append-only)
+    store.add_promotion_event(e: PromotionEvent) -> None
+    store.promotion_history(op_family=None, arch=None) -> list[PromotionEvent]   (oldest first)
+
+    # vectors
+    store.vector_search(collection: str, query: str, k: int, where: dict | None = None)
+        -> list[tuple[str, float]]        (DuckDB ids with cosine distance), collection in
+        {"chunks", "outcomes", "failures"}
+    store.reindex() -> dict[str, int]     rebuild Chroma from DuckDB; counts per collection
+
+Row types live in store.records; evaluation results are evaluation.records types.
+"""
