@@ -50,4 +50,39 @@ Public API (the contract the agent, knowledge and lifecycle code rely on):
     store.reindex() -> dict[str, int]     rebuild Chroma from DuckDB; counts per collection
 
 Row types live in store.records; evaluation results are evaluation.records types.
+
+Additions beyond the contract above (same conventions):
+
+    Store.open(..., embedder: Embedder | None = None, lock_timeout_s: float = 60.0)
+    store.session()                      context manager: hold the lock + one connection for a batch
+    store.resolve_run_id(prefix) / store.resolve_candidate_id(prefix) -> str   (StoreError if none/many)
+    store.get_environment(env_id) -> Fingerprint;  store.get_problem(problem_id) -> ProblemInfo
+    store.get_evaluation(eval_id) -> EvalResult;   store.get_outcome(outcome_id) -> OutcomeRecord
+    store.get_document(document_id) -> Document;   store.get_chunks(chunk_ids) -> list[Chunk] (in order)
+    store.embed(texts) -> list[list[float]]        unit vectors through the embeddings cache
+    store.vector_count(collection) -> int
+    store.llm_calls(run_id=None)                   all calls when no run is given
+
+Orders: list_runs newest first; outcomes newest first; failure_patterns most frequent first;
+candidates, evaluations, llm_calls, promotion_history oldest first; documents in ingest order.
+
+Vector metadata (for `where`, Chroma syntax: {"arch": "sm_90"}, {"$and": [...]},
+{"devices": {"$contains": "H200"}}, {"speedup": {"$gt": 1.1}}); keys whose value is None or an
+empty list are absent:
+    chunks:   document_id, kind, vendor, devices (list), all_devices (bool: the document names no
+              device), op_families (list), doc_version, builtin, ordinal
+    outcomes: op_family, arch, device (= device_name), dtype, status, baseline, problem_id,
+              transformation, speedup
+    failures: op_family, arch, stage, error_class
+Chunks are embedded as "heading > path\ntext"; outcomes by `summary`; failures by
+"<error_class> at <stage>: <message_shape>".
+
+Errors: StoreError (unknown id, ambiguous prefix, busy/corrupt/unreadable store file naming its path,
+input the store refuses); VectorIndexError (a StoreError) when Chroma fails after the DuckDB row was
+committed: the row is kept and `reindex()` restores the vectors.
 """
+
+from store.errors import StoreError, VectorIndexError  # noqa: E402
+from store.store import Store  # noqa: E402
+
+__all__ = ["Store", "StoreError", "VectorIndexError"]

