@@ -27,12 +27,14 @@ SHAPES = {
         {"M": 4099, "N": 4099, "tags": ("edge",)},
         {"M": 127, "N": 1000, "tags": ("edge",)},
         {"M": 3, "N": 12289, "tags": ("edge",)},
+        {"M": 65, "N": 1, "tags": ("edge",)},
     ],
     "cpu": [
         {"M": 8, "N": 256, "tags": ("representative",)},
         {"M": 1, "N": 64, "tags": ("edge",)},
         {"M": 7, "N": 97, "tags": ("edge",)},
         {"M": 5, "N": 1000, "tags": ("edge",)},
+        {"M": 3, "N": 1, "tags": ("edge",)},
     ],
 }
 

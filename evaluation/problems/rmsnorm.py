@@ -1,0 +1,67 @@
+"""RMSNorm over the last dimension with a learned weight (eps = 1e-6), as in Llama-family models.
+
+Built-in problem file (format: evaluation/problems/__init__.py). The reference is written without
+dtype casts so that the harness's float64 run of it is a true float64 reference.
+"""
+
+import torch
+from torch import nn
+
+OP_FAMILY = "rmsnorm"
+DESCRIPTION = "y = x * rsqrt(mean(x^2) + eps) * weight over the last dim of an (M, N) tensor"
+
+M = 4096
+N = 4096
+EPS = 1e-6
+
+DTYPES = ("float32", "bfloat16")
+
+SHAPES = {
+    "cuda": [
+        {"M": 4096, "N": 4096, "tags": ("representative", "timed")},
+        {"M": 16384, "N": 4096, "tags": ("representative", "timed")},
+        {"M": 8192, "N": 8192, "tags": ("largest", "timed")},
+        {"M": 1, "N": 4096, "tags": ("edge",)},
+        {"M": 4099, "N": 4099, "tags": ("edge",)},
+        {"M": 127, "N": 1000, "tags": ("edge",)},
+        {"M": 3, "N": 12289, "tags": ("edge",)},
+        {"M": 65, "N": 1, "tags": ("edge",)},
+    ],
+    "cpu": [
+        {"M": 8, "N": 256, "tags": ("representative",)},
+        {"M": 1, "N": 64, "tags": ("edge",)},
+        {"M": 7, "N": 97, "tags": ("edge",)},
+        {"M": 5, "N": 1000, "tags": ("edge",)},
+        {"M": 3, "N": 1, "tags": ("edge",)},
+    ],
+}
+
+
+class Model(nn.Module):
+    def __init__(self, n: int):
+        super().__init__()
+        # A random weight: ones would hide a kernel that ignores it.
+        self.weight = nn.Parameter(1.0 + 0.1 * torch.randn(n))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + EPS) * self.weight
+
+
+def get_inputs():
+    return [torch.randn(M, N)]
+
+
+def get_init_inputs():
+    return [N]
+
+
+def bytes_moved(params: dict, itemsize: int) -> int:
+    """Fewest bytes: read x, write y, read weight once."""
+    m, n = params["M"], params["N"]
+    return 2 * m * n * itemsize + n * itemsize
+
+
+def flops(params: dict) -> int:
+    """Square, sum, scale by rstd, scale by weight: four per element."""
+    m, n = params["M"], params["N"]
+    return 4 * m * n

@@ -1,0 +1,64 @@
+"""Sum over the last dimension: the plainest reduction, bound by reading x once.
+
+Built-in problem file (format: evaluation/problems/__init__.py). Rows reach 50257 elements, so a
+kernel that holds a whole row in one block will not compile everywhere.
+"""
+
+import torch
+from torch import nn
+
+OP_FAMILY = "row_sum"
+DESCRIPTION = "y = x.sum(-1) of an (M, N) tensor, y of shape (M,)"
+
+M = 4096
+N = 4096
+
+DTYPES = ("float32", "bfloat16")
+
+SHAPES = {
+    "cuda": [
+        {"M": 4096, "N": 4096, "tags": ("representative", "timed")},
+        {"M": 8192, "N": 4096, "tags": ("representative", "timed")},
+        {"M": 16384, "N": 8192, "tags": ("largest", "timed")},
+        {"M": 1, "N": 4096, "tags": ("edge",)},
+        {"M": 4099, "N": 4099, "tags": ("edge",)},
+        {"M": 127, "N": 1000, "tags": ("edge",)},
+        {"M": 3, "N": 50257, "tags": ("edge",)},
+        {"M": 65, "N": 1, "tags": ("edge",)},
+    ],
+    "cpu": [
+        {"M": 8, "N": 256, "tags": ("representative",)},
+        {"M": 1, "N": 64, "tags": ("edge",)},
+        {"M": 7, "N": 97, "tags": ("edge",)},
+        {"M": 5, "N": 1000, "tags": ("edge",)},
+        {"M": 3, "N": 1, "tags": ("edge",)},
+    ],
+}
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.sum(-1)
+
+
+def get_inputs():
+    return [torch.randn(M, N)]
+
+
+def get_init_inputs():
+    return []
+
+
+def bytes_moved(params: dict, itemsize: int) -> int:
+    """Fewest bytes: read x, write one value per row."""
+    m, n = params["M"], params["N"]
+    return m * n * itemsize + m * itemsize
+
+
+def flops(params: dict) -> int:
+    """One add per element."""
+    m, n = params["M"], params["N"]
+    return m * n
