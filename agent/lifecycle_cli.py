@@ -1,0 +1,257 @@
+"""`kscout promote | deployed | rollback | history | revalidate | export | report`: thin commands.
+
+Each command opens the store, calls one library function, renders. `--json` prints exactly one JSON
+object on stdout. Refusals are `KscoutError`s, which agent/cli.py prints as one line (exit 2).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+StoreOpt = typer.Option(None, "--store", help="store folder (default: $KSCOUT_HOME or the user data dir)")
+JsonOpt = typer.Option(False, "--json", help="print one JSON object instead of tables")
+
+
+def _open(store_dir: Optional[Path]):
+    from store import Store
+
+    return Store.open(store_dir)
+
+
+def _console():
+    from rich.console import Console
+
+    return Console()
+
+
+def _print_json(obj) -> None:
+    typer.echo(json.dumps(obj, indent=2, sort_keys=True, default=str))
+
+
+def promote_cmd(
+    candidate: str = typer.Argument(..., help="candidate id (or a unique prefix)"),
+    approved_by: str = typer.Option(..., "--approved-by", help="who approves the deployment"),
+    note: str = typer.Option("", "--note"),
+    device: Optional[str] = typer.Option(
+        None, "--device", help="device arch, when the candidate was evaluated on several"
+    ),
+    store_dir: Optional[Path] = StoreOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Deploy a candidate for its (op, device arch), if its evidence is complete."""
+    from agent.lifecycle import promote
+
+    with _open(store_dir) as store:
+        approved, deployed = promote(store, candidate, approved_by=approved_by, note=note, arch=device)
+    if as_json:
+        _print_json(
+            {"approved": approved.model_dump(mode="json"), "deployed": deployed.model_dump(mode="json")}
+        )
+        return
+    prev = deployed.previous_candidate_id[:12] if deployed.previous_candidate_id else "the reference"
+    _console().print(
+        f"deployed {deployed.candidate_id[:12]} for {deployed.op_family} on {deployed.arch}, approved by "
+        f"{deployed.actor}; rollback returns to {prev}"
+    )
+
+
+def deployed_cmd(
+    device: Optional[str] = typer.Option(None, "--device", help="only this device arch"),
+    store_dir: Optional[Path] = StoreOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """What is live per (op, device arch), since when, approved by whom, and how fresh its evidence is."""
+    import evaluation
+    from agent.lifecycle import deployed_entries, freshness
+
+    current = evaluation.fingerprint()
+    with _open(store_dir) as store:
+        rows = []
+        for e in deployed_entries(store, device):
+            revals = (
+                [r for *_x, r in store.evaluations(candidate_id=e.candidate_id, kind="revalidate")]
+                if e.candidate_id
+                else []
+            )
+            rows.append((e, freshness(e, current, revals)))
+    if as_json:
+        _print_json(
+            {
+                "current_env": current.model_dump(mode="json"),
+                "deployed": [{**e.model_dump(mode="json"), "freshness": f} for e, f in rows],
+            }
+        )
+        return
+    from rich.table import Table
+
+    table = Table(title="deployed kernels")
+    for col in (
+        "op",
+        "arch",
+        "live",
+        "since",
+        "approved by",
+        "speedup [low, high]",
+        "shape range",
+        "dtypes",
+        "evidence",
+    ):
+        table.add_column(col)
+    for e, f in rows:
+        ev = e.evidence
+        speed = (
+            f"{ev.speedup:.3f}x [{ev.speedup_low:.3f}, {ev.speedup_high:.3f}]" if ev and ev.speedup else "-"
+        )
+        shape = (
+            ", ".join(f"{k} {r.min}..{r.max}" for k, r in ev.assumptions.shape_range.items()) if ev else "-"
+        )
+        live = (e.candidate_id[:12] if e.candidate_id else "reference") + (" (flagged)" if e.flagged else "")
+        table.add_row(
+            e.op,
+            e.arch,
+            live,
+            e.since,
+            e.approved_by or "-",
+            speed,
+            shape,
+            ", ".join(ev.assumptions.dtypes) if ev else "-",
+            f,
+        )
+    _console().print(table)
+
+
+def rollback_cmd(
+    op: str = typer.Argument(...),
+    device: str = typer.Option(..., "--device", help="device arch, e.g. sm_90"),
+    by: str = typer.Option(..., "--by", help="who rolls back"),
+    reason: str = typer.Option("", "--reason"),
+    store_dir: Optional[Path] = StoreOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Return at once to the previous known-good kernel (or the reference)."""
+    from agent.lifecycle import rollback
+
+    with _open(store_dir) as store:
+        event = rollback(store, op, device, by=by, reason=reason)
+    if as_json:
+        _print_json(event.model_dump(mode="json"))
+        return
+    now = event.candidate_id[:12] if event.candidate_id else "the reference"
+    _console().print(f"rolled back {op} on {device} from {event.previous_candidate_id[:12]} to {now}")
+
+
+def history_cmd(
+    op: str = typer.Argument(...),
+    device: str = typer.Option(..., "--device", help="device arch"),
+    store_dir: Optional[Path] = StoreOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """The append-only promotion history of one (op, device arch)."""
+    from agent.lifecycle import history
+
+    with _open(store_dir) as store:
+        events = history(store, op, device)
+    if as_json:
+        _print_json({"events": [e.model_dump(mode="json") for e in events]})
+        return
+    from rich.table import Table
+
+    table = Table(title=f"history of {op} on {device}")
+    for col in ("when", "state", "candidate", "by", "previous", "note"):
+        table.add_column(col)
+    for e in events:
+        table.add_row(
+            e.created_at,
+            e.state.value,
+            e.candidate_id[:12] if e.candidate_id else "reference",
+            e.actor,
+            e.previous_candidate_id[:12] if e.previous_candidate_id else "-",
+            e.note,
+        )
+    _console().print(table)
+
+
+def revalidate_cmd(
+    device: Optional[str] = typer.Option(None, "--device", help="only this device arch"),
+    rollback_on_fail: bool = typer.Option(False, "--rollback-on-fail"),
+    by: str = typer.Option("kscout revalidate", "--by", help="actor recorded on flags and rollbacks"),
+    store_dir: Optional[Path] = StoreOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Re-run correctness and timing of deployed kernels here; exit 1 when one failed or regressed."""
+    from agent.lifecycle import revalidate
+
+    with _open(store_dir) as store:
+        outcomes = revalidate(store, arch=device, rollback_on_fail=rollback_on_fail, by=by)
+    bad = [o for o in outcomes if o.verdict in ("failed", "regressed")]
+    if as_json:
+        _print_json({"revalidations": [o.model_dump(mode="json") for o in outcomes], "flagged": len(bad)})
+    else:
+        from rich.table import Table
+
+        table = Table(title="revalidation")
+        for col in ("op", "arch", "candidate", "verdict", "reason", "rolled back to"):
+            table.add_column(col)
+        for o in outcomes:
+            to = (o.rolled_back_to[:12] if o.rolled_back_to else "reference") if o.rolled_back else "-"
+            table.add_row(o.op, o.arch, (o.candidate_id or "")[:12], o.verdict, o.reason, to)
+        _console().print(table)
+    if bad:
+        raise typer.Exit(1)  # so a nightly job fails when a deployed kernel did
+
+
+def export_cmd(
+    out_dir: Path = typer.Argument(..., help="folder to write the package into"),
+    name: str = typer.Option("kscout_kernels", "--name", help="Python package name"),
+    force: bool = typer.Option(False, "--force", help="replace an existing package of that name"),
+    store_dir: Optional[Path] = StoreOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Write an importable package of the deployed kernels, with a manifest of their evidence."""
+    from agent.export import export_package
+
+    with _open(store_dir) as store:
+        manifest = export_package(store, out_dir, name=name, force=force)
+    if as_json:
+        _print_json(manifest)
+        return
+    ops = ", ".join(f"{op} ({', '.join(s['kernels'])})" for op, s in manifest["ops"].items())
+    _console().print(f"wrote {out_dir / name}: {ops}")
+
+
+def report_cmd(
+    run: str = typer.Argument(..., help="run id (or a unique prefix)"),
+    html: Optional[Path] = typer.Option(None, "--html", help="write a self-contained HTML page here"),
+    store_dir: Optional[Path] = StoreOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Summarize a run: tables here, or a self-contained HTML page with --html."""
+    from agent.report import build_report, render_html, summary_tables
+
+    with _open(store_dir) as store:
+        report = build_report(store, run)
+    if html is not None:
+        html.write_text(render_html(report))
+    if as_json:
+        _print_json({**report.model_dump(mode="json"), "html": str(html) if html else None})
+        return
+    if html is not None:
+        _console().print(f"wrote {html}")
+        return
+    console = _console()
+    for renderable in summary_tables(report):
+        console.print(renderable)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("promote")(promote_cmd)
+    app.command("deployed")(deployed_cmd)
+    app.command("rollback")(rollback_cmd)
+    app.command("history")(history_cmd)
+    app.command("revalidate")(revalidate_cmd)
+    app.command("export")(export_cmd)
+    app.command("report")(report_cmd)

@@ -1,0 +1,253 @@
+"""The run report: the search tree with parent links, the progress and failure plots, per-shape tables,
+rendered as a self-contained page that headless Chromium loads without a console error."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+
+import pytest
+
+import evaluation
+from agent.cli import main
+from agent.report import anchor, build_report, render_html
+from evaluation.records import Status
+from store import Store
+from store.records import RunStatus
+from test_lifecycle_support import (
+    add_candidate,
+    cpu_fp,
+    gpu_fp,
+    make_run,
+    result,
+    shape_results,
+    timing,
+    variant,
+)
+
+CHROMIUM = shutil.which("chromium")
+
+
+def write_run(store, problem, fp, speeds):
+    """A search tree: seed -> (a -> (c, d), b). `speeds` gives each node's eager speedup (GPU only)."""
+    run = make_run(store, problem, fp)
+    seed = add_candidate(store, run, variant(0))
+    a = add_candidate(store, run, variant(1), parent=seed.candidate_id, generation=1, action="refine")
+    b = add_candidate(store, run, "def broken(:\n", parent=seed.candidate_id, generation=1, action="sibling")
+    c = add_candidate(store, run, variant(3), parent=a.candidate_id, generation=2, action="refine")
+    d = add_candidate(store, run, variant(4), parent=a.candidate_id, generation=2, action="refine")
+    gpu = fp.device_kind != "cpu"
+
+    def timed(name):
+        return timing(problem, speeds[name], speeds[name] * 0.95, speeds[name] * 1.05) if gpu else ()
+
+    note = None if gpu else "not measured on this device (cpu, Triton interpreter)"
+    fail_case = problem.shape_cases[-1].case_id
+    evals = [
+        (seed, result(problem, seed.source, fp, timed=timed("seed"), note=note)),
+        (a, result(problem, a.source, fp, timed=timed("a"), note=note)),
+        (b, result(problem, b.source, fp, status=Status.compile_error, shapes=(), error_class="SyntaxError")),
+        (
+            c,
+            result(
+                problem,
+                c.source,
+                fp,
+                status=Status.incorrect,
+                error_class="MaxAbsError",
+                shapes=shape_results(problem, fail=(fail_case,)),
+            ),
+        ),
+        (d, result(problem, d.source, fp, timed=timed("d"), note=note)),
+    ]
+    for cand, res in evals:
+        store.add_evaluation(run.run_id, cand.candidate_id, res)
+    best = d if gpu else seed
+    if gpu:
+        store.add_evaluation(
+            run.run_id,
+            d.candidate_id,
+            result(problem, d.source, fp, shapes=(), timed=timing(problem, 1.45, 1.4, 1.5)),
+            kind="remeasure",
+        )
+    store.finish_run(
+        run.run_id, status=RunStatus.finished, stop_reason="budget", best_candidate_id=best.candidate_id
+    )
+    return run, {"seed": seed, "a": a, "b": b, "c": c, "d": d}
+
+
+@pytest.fixture(scope="module")
+def cpu_run(tmp_path_factory):
+    home = tmp_path_factory.mktemp("report") / "store"
+    with Store.open(home) as store:
+        run, nodes = write_run(store, evaluation.load_problem("layernorm", device="cpu"), cpu_fp(), {})
+        report = build_report(store, run.run_id[:8])
+    return home, run, nodes, report
+
+
+@pytest.fixture(scope="module")
+def gpu_report(tmp_path_factory):
+    home = tmp_path_factory.mktemp("report-gpu") / "store"
+    with Store.open(home) as store:
+        problem = evaluation.load_problem("layernorm", device="cuda")
+        run, nodes = write_run(store, problem, gpu_fp(), {"seed": 1.0, "a": 1.3, "d": 1.5})
+        return build_report(store, run.run_id), nodes
+
+
+def test_tree_nests_children_under_their_parents_with_anchor_links(cpu_run):
+    _home, _run, n, report = cpu_run
+    (root,) = report.roots
+    assert root.candidate_id == n["seed"].candidate_id and root.parent_anchor is None
+    assert [k.candidate_id for k in root.children] == [n["a"].candidate_id, n["b"].candidate_id]
+    a = root.children[0]
+    assert [k.candidate_id for k in a.children] == [n["c"].candidate_id, n["d"].candidate_id]
+    assert all(k.parent_anchor == anchor(n["a"].candidate_id) for k in a.children)
+    assert [root.status, a.status, root.children[1].status, a.children[0].status] == [
+        "passed",
+        "passed",
+        "compile_error",
+        "incorrect",
+    ]
+
+
+def test_cpu_report_counts_passed_and_failed_and_says_speed_was_not_measured(cpu_run):
+    _home, _run, _n, report = cpu_run
+    assert not report.timed and report.timing_note == "not measured on this device (cpu, Triton interpreter)"
+    assert [(p.passed_so_far, p.failed_so_far) for p in report.points] == [
+        (1, 0),
+        (2, 0),
+        (2, 1),
+        (2, 2),
+        (3, 2),
+    ]
+    assert all(p.speedup is None for p in report.points)
+    html = render_html(report)
+    assert "Speed was not measured: not measured on this device" in html
+    assert "passed / failed over evaluations (speed not measured)" in html
+
+
+def test_failures_are_counted_by_kind(cpu_run):
+    _home, _run, _n, report = cpu_run
+    assert [(f.status, f.error_class, f.count) for f in report.failures] == [
+        ("compile_error", "SyntaxError", 1),
+        ("incorrect", "MaxAbsError", 1),
+    ]
+
+
+def test_gpu_report_tracks_the_best_speedup_and_ranks_the_remeasured_kernel_first(gpu_report):
+    report, n = gpu_report
+    assert report.timed and report.timing_note is None
+    assert [p.best_speedup for p in report.points] == pytest.approx([1.0, 1.3, 1.3, 1.3, 1.5])
+    best = report.best[0]
+    assert best.candidate_id == n["d"].candidate_id and best.eval_kind == "remeasure"
+    assert best.speedup.ratio == pytest.approx(1.45)
+    assert [k.candidate_id for k in report.best[1:]] == [n["a"].candidate_id, n["seed"].candidate_id]
+    timed_rows = [s for s in best.shapes if s.speedup is not None]
+    assert timed_rows and all(s.eager_ms_p50 == pytest.approx(0.145) for s in timed_rows)
+    assert report.best_source == n["d"].source
+    html = render_html(report)
+    assert "best speedup over evaluations" in html and "Speed was not measured" not in html
+
+
+def test_cpu_best_kernel_table_lists_every_declared_case(cpu_run):
+    _home, _run, n, report = cpu_run
+    problem = evaluation.load_problem("layernorm", device="cpu")
+    assert report.best[0].candidate_id == n["seed"].candidate_id  # the run's pick leads when nothing is timed
+    assert [s.case_id for s in report.best[0].shapes] == [c.case_id for c in problem.shape_cases]
+    assert all(s.speedup is None for s in report.best[0].shapes)
+
+
+def test_page_is_self_contained(cpu_run):
+    html = render_html(cpu_run[3])
+    refs = re.findall(r'(?:src|href)\s*=\s*"([^"]*)"', html)
+    assert refs and all(r.startswith("#") or r.startswith("data:") for r in refs), refs
+    assert "<link" not in html and "<script" not in html and html.count("<svg") == 2
+
+
+def _chromium(tmp_path, page) -> tuple[str, list[str]]:
+    """The DOM after load and the page's console messages (Chromium logs them as ':CONSOLE' lines)."""
+    proc = subprocess.run(
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            f"--user-data-dir={tmp_path / 'chromium-profile'}",
+            "--enable-logging=stderr",
+            "--v=0",
+            "--dump-dom",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout, [line for line in proc.stderr.splitlines() if ":CONSOLE" in line]
+
+
+@pytest.mark.skipif(
+    CHROMIUM is None, reason="chromium is not installed (apt-get install chromium; .ci/run does)"
+)
+def test_report_renders_in_headless_chromium_without_console_errors(tmp_path, cpu_run, capsys):
+    home, run, n, _report = cpu_run
+    page = tmp_path / "report.html"
+    main(["report", run.run_id, "--html", str(page), "--store", str(home)])
+    assert capsys.readouterr().out.strip() == f"wrote {page}"
+    dom, console = _chromium(tmp_path, page)
+    assert console == []
+    for cand in n.values():
+        assert f'id="{anchor(cand.candidate_id)}"' in dom
+    parent_links = re.findall(r'class="parent-link" href="#([^"]+)"', dom)
+    assert sorted(parent_links) == sorted(
+        [anchor(n["seed"].candidate_id)] * 2 + [anchor(n["a"].candidate_id)] * 2
+    )
+    assert 'id="progress-plot"><svg' in dom and 'id="failures-plot"><svg' in dom
+    assert "passed / failed over evaluations" in dom and 'id="best-source"' in dom
+
+
+@pytest.mark.skipif(
+    CHROMIUM is None, reason="chromium is not installed (apt-get install chromium; .ci/run does)"
+)
+def test_the_console_check_catches_a_page_that_tries_to_fetch(tmp_path, cpu_run):
+    html = render_html(cpu_run[3]).replace("</body>", '<img src="https://example.com/x.png"></body>')
+    page = tmp_path / "bad.html"
+    page.write_text(html)
+    _dom, console = _chromium(tmp_path, page)
+    assert len(console) == 1 and "https://example.com/x.png" in console[0]
+
+
+def test_report_cli_prints_tables_and_json(cpu_run, capsys):
+    home, run, n, _report = cpu_run
+    main(["report", run.run_id[:10], "--store", str(home)])
+    out = capsys.readouterr().out
+    assert f"run {run.run_id}: layernorm on cpu" in out and "failures by kind" in out
+    assert n["d"].candidate_id[:12] in out and "unevaluated" not in out
+    main(["report", run.run_id, "--store", str(home), "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert data["run"]["run_id"] == run.run_id and data["html"] is None and len(data["points"]) == 5
+
+
+def test_report_of_an_unknown_run_is_a_one_line_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["report", "nope", "--store", str(tmp_path / "store")])
+    assert info.value.code == 2
+    assert capsys.readouterr().err.strip() == "kscout: error: no run matches 'nope'"
+
+
+def test_a_run_without_failures_says_so_instead_of_plotting_nothing(tmp_path):
+    problem = evaluation.load_problem("layernorm", device="cpu")
+    with Store.open(tmp_path / "store") as store:
+        run = make_run(store, problem, cpu_fp())
+        seed = add_candidate(store, run, variant(0))
+        store.add_evaluation(run.run_id, seed.candidate_id, result(problem, seed.source, cpu_fp()))
+        report = build_report(store, run.run_id)
+    html = render_html(report)
+    assert report.failures == () and "No failed evaluation." in html
+    assert html.count("<svg") == 1 and 'id="failures-plot"' not in html
