@@ -1,0 +1,548 @@
+"""The search loop: propose, evaluate, write back, decide, until the stop rule says enough.
+
+Everything a session knows lives in the store, and the loop rebuilds its state from there at the top
+(`Session.load`): that is what makes `kscout resume` work after any crash, kill -9 included.
+Candidates are written before they are evaluated, and an evaluation row is what marks a candidate
+done, so a resumed session evaluates exactly the candidates that have no search evaluation yet.
+
+The stop rule is fixed and written with the run before the first proposal. Before a winner is
+declared, the top measured candidates are re-timed interleaved with the baseline; a speedup inside
+the noise is no win (the best is then the seed). Where nothing is timed (the CPU) the run proves
+correctness only: the best is the first passing candidate, never one ranked by an unmeasured speed.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import time
+import uuid
+from pathlib import Path
+from typing import Callable, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict
+
+from agent import writeback
+from agent.executor import Executor, LocalExecutor
+from agent.policy import Node, PolicyConfig, Tree, decide
+from agent.proposers.base import Action, ParentInfo, Proposal, ProposeRequest
+from agent.stopping import Progress, StopReason, measured_speedup, should_stop
+from evaluation.errors import KscoutError
+from evaluation.records import EvalResult, Fingerprint, ProblemInfo, source_sha256
+from store.records import CandidateRecord, RunRecord, RunStatus, StopRule, utc_now
+
+SEED_PROPOSER = "seed"
+
+
+class SessionError(KscoutError):
+    """A session that cannot start or resume: bad options, a finished run, another environment."""
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class SessionConfig(_Frozen):
+    """Every option of a session; stored as the run's config_json so a resume runs the same search."""
+
+    problem: str
+    device: str = "auto"
+    proposer: Literal["template", "llm"] = "template"
+    model: Optional[str] = None
+    api_base: Optional[str] = None
+    budget: int = 20
+    minutes: Optional[float] = None
+    target_speedup: Optional[float] = None
+    stall: Optional[int] = 30
+    seed: int = 0
+    max_cost_usd: Optional[float] = None
+    batch: int = 1
+    workers: int = 1
+    trials: int = 2
+    timeout_s: float = 300.0
+    context_tokens: int = 1500
+    llm_timeout_s: float = 180.0
+    llm_attempts: int = 3
+    llm_backoff_s: float = 2.0
+    remeasure_top: int = 3
+    remeasure_rounds: int = 5
+
+    def check(self) -> "SessionConfig":
+        if self.budget < 1:
+            raise SessionError(f"--budget must be at least 1 (got {self.budget})")
+        if self.batch < 1 or self.workers < 1:
+            raise SessionError("--batch and workers must be at least 1")
+        if self.stall is not None and self.stall < 1:
+            raise SessionError(f"--stall must be at least 1 (got {self.stall})")
+        if self.proposer == "llm" and not self.model:
+            raise SessionError("--proposer llm needs --model (any litellm model string, e.g. openai/NAME)")
+        return self
+
+    def stop_rule(self) -> StopRule:
+        return StopRule(max_evaluations=self.budget, max_minutes=self.minutes, target_speedup=self.target_speedup,
+                        stall_limit=self.stall, max_cost_usd=self.max_cost_usd)
+
+    def policy(self) -> PolicyConfig:
+        restart_after = 8 if self.stall is None else max(2, min(8, self.stall // 2))
+        return PolicyConfig(allow_repair=self.proposer == "llm", restart_after=restart_after)
+
+
+class SessionEvent(_Frozen):
+    """What the CLI's progress display shows; the session never prints."""
+
+    kind: Literal["started", "decision", "proposal_error", "duplicate", "evaluated", "remeasured", "finished"]
+    run_id: str
+    message: str
+    evaluations: int
+    budget: int
+    best_speedup: Optional[float] = None
+    failures_by_kind: dict[str, int] = {}
+    candidate_id: Optional[str] = None
+    status: Optional[str] = None
+
+
+OnEvent = Callable[[SessionEvent], None]
+
+
+def _parse_time(text: str) -> _dt.datetime:
+    return _dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def make_proposer(config: SessionConfig, run_id: str, store, spent_usd: float = 0.0):
+    if config.proposer == "llm":
+        from agent.proposers.llm import LLMProposer
+
+        return LLMProposer(config.model or "", api_base=config.api_base, run_id=run_id, on_call=store.record_llm_call,
+                           timeout_s=config.llm_timeout_s, attempts=config.llm_attempts,
+                           backoff_s=config.llm_backoff_s, max_cost_usd=config.max_cost_usd, spent_usd=spent_usd)
+    from agent.proposers.template import TemplateProposer
+
+    return TemplateProposer()
+
+
+class Session:
+    def __init__(self, store, run: RunRecord, config: SessionConfig, problem: ProblemInfo, fingerprint: Fingerprint,
+                 *, proposer=None, executor: Optional[Executor] = None, on_event: Optional[OnEvent] = None):
+        self.store, self.run, self.config, self.problem, self.fp = store, run, config, problem, fingerprint
+        self.rule = run.stop_rule
+        self.on_event = on_event or (lambda event: None)
+        self.candidates: dict[str, CandidateRecord] = {}
+        self.results: dict[str, tuple[str, EvalResult]] = {}  # candidate id -> (eval id, result), eval order
+        self.reused: set[str] = set()
+        self.load()
+        self.cost_usd = sum(c.cost_usd or 0.0 for c in store.llm_calls(run.run_id))
+        self.proposer = proposer or make_proposer(config, run.run_id, store, self.cost_usd)
+        self.executor = executor or LocalExecutor(config.workers, timeout_s=config.timeout_s, trials=config.trials)
+        self._own_executor = executor is None
+        self.policy = config.policy()
+        self.empty_steps = 0
+        self.exhausted = False
+        self._clock0 = time.monotonic()
+        self._context = None
+
+    # -- state from the store --------------------------------------------------------------------
+    def load(self) -> None:
+        run_start = _parse_time(self.run.started_at)
+        self.candidates = {c.candidate_id: c for c in self.store.candidates(self.run.run_id)}
+        self.results, self.reused = {}, set()
+        last_end = run_start
+        for eval_id, _, cid, result in self.store.evaluations(run_id=self.run.run_id, kind="search"):
+            self.results[cid] = (eval_id, result)
+            started = _parse_time(result.started_at)
+            if started < run_start:
+                self.reused.add(cid)
+            else:
+                last_end = max(last_end, started + _dt.timedelta(seconds=result.duration_s))
+        # Time already spent before this process (a resume): up to the end of the last evaluation.
+        self.elapsed_before_s = (last_end - run_start).total_seconds()
+
+    @property
+    def paid_evaluations(self) -> int:
+        return len(self.results) - len(self.reused)
+
+    def _node(self, c: CandidateRecord) -> Node:
+        done = self.results.get(c.candidate_id)
+        speed = measured_speedup(done[1]) if done else None
+        return Node(candidate_id=c.candidate_id, parent_id=c.parent_id, action=c.policy_action or "seed",
+                    status=done[1].status.value if done else None, speedup=speed.ratio if speed else None)
+
+    def tree(self) -> Tree:
+        evaluated = [self.candidates[cid] for cid in self.results if cid in self.candidates]
+        pending = [c for cid, c in self.candidates.items() if cid not in self.results]
+        return Tree([self._node(c) for c in evaluated + pending])
+
+    def failures_by_kind(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for _, r in self.results.values():
+            if not r.passed:
+                out[r.status.value] = out.get(r.status.value, 0) + 1
+        return out
+
+    def best_measured(self) -> Optional[float]:
+        ratios = [m.ratio for _, r in self.results.values() if (m := measured_speedup(r)) and m.significant]
+        return max(ratios) if ratios else None
+
+    def since_improvement(self) -> int:
+        best, since, seen_pass = None, 0, False
+        for _, r in self.results.values():
+            m = measured_speedup(r)
+            if r.passed and (not seen_pass or (m and (best is None or m.ratio > best))):
+                since = 0
+            else:
+                since += 1
+            seen_pass = seen_pass or r.passed
+            if m:
+                best = m.ratio if best is None else max(best, m.ratio)
+        return since
+
+    def progress(self) -> Progress:
+        return Progress(
+            evaluations=self.paid_evaluations,
+            elapsed_minutes=(self.elapsed_before_s + time.monotonic() - self._clock0) / 60.0,
+            best_significant_speedup=self.best_measured(),
+            evaluations_since_improvement=self.since_improvement(),
+            cost_usd=self.cost_usd, proposer_exhausted=self.exhausted, empty_steps_in_a_row=self.empty_steps,
+        )
+
+    def _emit(self, kind: str, message: str, **extra) -> None:
+        self.on_event(SessionEvent(kind=kind, run_id=self.run.run_id, message=message,
+                                   evaluations=self.paid_evaluations, budget=self.rule.max_evaluations,
+                                   best_speedup=self.best_measured(), failures_by_kind=self.failures_by_kind(),
+                                   **extra))
+
+    # -- context ---------------------------------------------------------------------------------
+    def context_text(self) -> str:
+        """Knowledge retrieved once per process, plus this op's failure patterns as they are now."""
+        if self._context is None:
+            from knowledge.context import build_context
+
+            self._context = build_context(self.store, self.problem, self.fp.device_name, self.fp.arch,
+                                          token_budget=self.config.context_tokens)
+        text = self._context.render()
+        known = {i.ref_id for i in self._context.items if i.section == "failure"}
+        fresh = [f for f in self.store.failure_patterns(op_family=self.problem.op_family, arch=self.fp.arch, limit=10)
+                 if f.signature not in known]
+        if fresh:
+            text += "\n\n## Failures seen since this search started\n" + "\n".join(
+                f"- {f.stage}/{f.error_class} seen {f.count}x: {f.message_shape}" for f in fresh)
+        return text
+
+    # -- one step --------------------------------------------------------------------------------
+    def _parent_info(self, cid: str) -> ParentInfo:
+        c = self.candidates[cid]
+        done = self.results.get(cid)
+        return ParentInfo(candidate_id=cid, source=c.source, knobs=json.loads(c.knobs_json or "{}"),
+                          transformation_tags=c.transformation_tags, result=done[1] if done else None)
+
+    def _propose(self, decision, n: int) -> tuple[list[Proposal], str]:
+        if decision.action is Action.seed and self.problem.seed_path and not self.candidates:
+            source = Path(self.problem.seed_path).read_text()
+            return [Proposal(source=source, rationale="the problem's shipped seed kernel")], SEED_PROPOSER
+        parent = self._parent_info(decision.node_id) if decision.node_id else None
+        hints = tuple(self._context.seed_hints()) if self._context is not None else ()
+        request = ProposeRequest(
+            problem=self.problem, device=self.fp.device_kind if self.fp.device_kind == "cpu" else "cuda",
+            arch=self.fp.arch, device_name=self.fp.device_name, action=decision.action, parent=parent, n=n,
+            seen_sha256=frozenset(self.candidates), context_text=self.context_text(), seed_hints=hints,
+            rng_seed=self.config.seed * 1_000_003 + len(self.candidates),
+        )
+        result = self.proposer.propose(request)
+        self.cost_usd += result.cost_usd
+        for err in result.errors:
+            if err.kind == "exhausted":
+                self.exhausted = True
+            self._emit("proposal_error", f"{err.kind}: {err.message}")
+        return list(result.proposals), self.proposer.name
+
+    def _lineage(self, decision) -> tuple[Optional[str], int]:
+        """Every action but seed and restart derives the new candidate from the decision's node."""
+        if decision.node_id is None:
+            return None, 0
+        return decision.node_id, self.candidates[decision.node_id].generation + 1
+
+    def step(self) -> None:
+        remaining = self.rule.max_evaluations - self.paid_evaluations
+        pending = [cid for cid in self.candidates if cid not in self.results]
+        if pending:
+            self.evaluate(pending[:remaining])
+            return
+        decision = decide(self.tree(), self.policy)
+        self._emit("decision", f"{decision.action.value}: {decision.reason}")
+        proposals, proposer_name = self._propose(decision, min(self.config.batch, remaining))
+        parent_id, generation = self._lineage(decision)
+        written = []
+        for p in proposals[:remaining]:
+            cid = source_sha256(p.source)
+            if cid in self.candidates:
+                self._emit("duplicate", f"{cid[:12]} was already proposed in this run; not evaluated again",
+                           candidate_id=cid)
+                continue
+            c = CandidateRecord(
+                candidate_id=cid, run_id=self.run.run_id, parent_id=parent_id,
+                generation=generation, proposer=proposer_name,
+                model=self.config.model if proposer_name == "llm" else None, prompt_template=p.template_name,
+                prompt_sha256=p.template_sha256, rationale=p.rationale, transformation_tags=p.transformation_tags,
+                knobs_json=json.dumps(p.knobs, sort_keys=True, default=str), policy_action=decision.action.value,
+                policy_reason=decision.reason, source=p.source, created_at=utc_now(),
+            )
+            self.store.add_candidate(c)
+            self.candidates[cid] = c
+            written.append(cid)
+        self.empty_steps = 0 if written else self.empty_steps + 1
+        if written:
+            self.evaluate(written)
+
+    # -- evaluation and write-back -----------------------------------------------------------------
+    def _reusable(self, cid: str) -> Optional[EvalResult]:
+        """A stored search evaluation of the same source on this environment and problem, from another run."""
+        env = self.fp.key()
+        for _, run_id, _, result in reversed(self.store.evaluations(candidate_id=cid, kind="search")):
+            if run_id != self.run.run_id and result.fingerprint.key() == env and \
+                    result.problem_id == self.problem.problem_id:
+                return result
+        return None
+
+    def _parent_eval(self, c: CandidateRecord) -> Optional[str]:
+        done = self.results.get(c.parent_id) if c.parent_id else None
+        return done[0] if done else None
+
+    def _landed(self, cid: str, eval_id: str, result: EvalResult, reused: bool) -> None:
+        self.results[cid] = (eval_id, result)
+        if reused:
+            self.reused.add(cid)
+        speed = measured_speedup(result)
+        detail = f"{speed.ratio:.3g}x vs eager" if speed else (result.error_class or "")
+        self._emit("evaluated", f"{cid[:12]} {result.status.value}{' ' + detail if detail else ''}"
+                   f"{' (reused from an earlier run)' if reused else ''}", candidate_id=cid, status=result.status.value)
+
+    def evaluate(self, cids: list[str]) -> None:
+        from concurrent.futures import as_completed
+
+        futures = {}
+        for cid in cids:
+            old = self._reusable(cid)
+            if old is not None:
+                eval_id = self.store.add_evaluation(self.run.run_id, cid, old, kind="search")
+                self._landed(cid, eval_id, old, reused=True)
+                continue
+            futures[self.executor.submit(self.candidates[cid].source, self.problem, self.fp.device_kind)] = cid
+        for future in as_completed(futures):
+            cid = futures[future]
+            result = future.result()
+            c = self.candidates[cid]
+            eval_id = writeback.record(self.store, self.run.run_id, c, result, self.problem, self.fp,
+                                       parent_eval_id=self._parent_eval(c))
+            self._landed(cid, eval_id, result, reused=False)
+
+    # -- the whole run -----------------------------------------------------------------------------
+    def run_search(self) -> StopReason:
+        evaluations = [(e, cid, r) for cid, (e, r) in self.results.items() if cid not in self.reused]
+        writeback.backfill(self.store, self.run.run_id, self.candidates, evaluations, self.problem, self.fp,
+                           {cid: e for cid, (e, _) in self.results.items()})
+        self._emit("started", f"run {self.run.run_id}: {self.problem.name} on {self.fp.device_name}, "
+                              f"{self.paid_evaluations} of {self.rule.max_evaluations} evaluations done")
+        try:
+            while (reason := should_stop(self.rule, self.progress())) is None:
+                self.step()
+        finally:
+            if self._own_executor:
+                self.executor.close()
+        return reason
+
+    def _remeasure(self, cids: list[str]) -> dict[str, EvalResult]:
+        """Re-time the top candidates interleaved with eager; store each as a `remeasure` evaluation."""
+        import evaluation
+
+        rm = evaluation.remeasure({cid: self.candidates[cid].source for cid in cids}, self.problem,
+                                  device=self.fp.device_kind, rounds=self.config.remeasure_rounds)
+        out = {}
+        for rc in rm.candidates:
+            cid = rc.name
+            if cid not in self.candidates or not rc.cases:
+                self._emit("remeasured", f"{cid[:12]}: no numbers ({rc.error or rm.note or 'not timed'})",
+                           candidate_id=cid)
+                continue
+            result = writeback.remeasure_as_eval(rc, rm, self.results[cid][1])
+            self.store.add_evaluation(self.run.run_id, cid, result, kind="remeasure")
+            out[cid] = result
+            speed = measured_speedup(result)
+            self._emit("remeasured", f"{cid[:12]}: {speed.ratio:.3g}x [{speed.ratio_low:.3g}, "
+                                     f"{speed.ratio_high:.3g}] vs eager over {rm.rounds} rounds", candidate_id=cid)
+        return out
+
+    def choose_best(self) -> Optional[str]:
+        passed = [cid for cid, (_, r) in self.results.items() if r.passed]
+        measured = sorted(((m.ratio, cid) for cid in passed if (m := measured_speedup(self.results[cid][1]))),
+                          reverse=True)
+        remeasured = self._remeasure([cid for _, cid in measured[: self.config.remeasure_top]]) if measured else {}
+        seeds = [cid for cid in passed if self.candidates[cid].proposer == SEED_PROPOSER]
+        return pick_best(passed, bool(measured), remeasured, seeds)
+
+    def finish(self, reason: StopReason) -> Optional[str]:
+        best = self.choose_best()
+        self.store.finish_run(self.run.run_id, status=RunStatus.finished, stop_reason=reason.value,
+                              best_candidate_id=best)
+        self._emit("finished", f"stopped: {reason.value}", candidate_id=best)
+        return best
+
+
+def pick_best(passed: list[str], timed: bool, remeasured: dict[str, EvalResult], seeds: list[str]) -> Optional[str]:
+    """The run's winner.
+
+    Untimed (the CPU): the first passing candidate (in evaluation order), never a guess at speed.
+    Timed: the fastest re-measured candidate whose conservative interval is above 1 (every round a
+    win); if none is, a win inside the noise is no win and the best is the seed, else nothing (the
+    reference stays).
+    """
+    if not timed:
+        return passed[0] if passed else None
+    wins = [(m.ratio, cid) for cid, r in remeasured.items() if (m := measured_speedup(r)) and m.ratio_low > 1.0]
+    if wins:
+        return max(wins)[1]
+    return seeds[0] if seeds else None
+
+
+def new_run_id() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+
+
+def start(config: SessionConfig, store, *, on_event: Optional[OnEvent] = None, proposer=None,
+          executor: Optional[Executor] = None) -> str:
+    """Create the run (stop rule fixed and written first), search, finish; returns the run id."""
+    import evaluation
+
+    config.check()
+    problem = evaluation.load_problem(config.problem, device=evaluation.resolve_device(config.device))
+    fp = evaluation.fingerprint(evaluation.resolve_device(config.device))
+    env_id = store.record_environment(fp)
+    store.record_problem(problem)
+    run = RunRecord(run_id=new_run_id(), problem_id=problem.problem_id, problem_name=problem.name,
+                    op_family=problem.op_family, device=fp.device_kind, arch=fp.arch, env_id=env_id,
+                    proposer=config.proposer, model=config.model, seed=config.seed, stop_rule=config.stop_rule(),
+                    started_at=utc_now(), config_json=config.model_dump_json())
+    store.create_run(run)
+    session = Session(store, run, config, problem, fp, proposer=proposer, executor=executor, on_event=on_event)
+    session.finish(session.run_search())
+    return run.run_id
+
+
+def resume(run_id: str, store, *, on_event: Optional[OnEvent] = None, proposer=None,
+           executor: Optional[Executor] = None) -> str:
+    """Continue a run that did not finish (crashed, killed, interrupted) on the same environment."""
+    import evaluation
+
+    run = store.get_run(run_id)
+    if run.status is RunStatus.finished:
+        raise SessionError(f"run {run.run_id} already finished ({run.stop_reason}); nothing to resume")
+    config = SessionConfig.model_validate_json(run.config_json)
+    fp = evaluation.fingerprint(evaluation.resolve_device(config.device))
+    if fp.key() != run.env_id:
+        raise SessionError(f"run {run.run_id} ran on environment {run.env_id}, this is {fp.key()} "
+                           f"({fp.device_name}); resume it where it started")
+    problem = evaluation.load_problem(config.problem, device=fp.device_kind)
+    if problem.problem_id != run.problem_id:
+        raise SessionError(f"problem {config.problem!r} changed since run {run.run_id} started "
+                           f"({run.problem_id} -> {problem.problem_id})")
+    session = Session(store, run, config, problem, fp, proposer=proposer, executor=executor, on_event=on_event)
+    session.finish(session.run_search())
+    return run.run_id
+
+
+# -- what `kscout show` and `--json` report, built from the store alone -------------------------------
+class NodeView(_Frozen):
+    candidate_id: str
+    parent_id: Optional[str]
+    generation: int
+    proposer: str
+    action: Optional[str]
+    reason: Optional[str]
+    tags: tuple[str, ...] = ()
+    status: Optional[str]  # None: written, not evaluated yet
+    speedup: Optional[float] = None  # measured vs eager; None where untimed
+    reused: bool = False  # the evaluation came from an earlier run on the same environment
+
+
+class BestView(_Frozen):
+    candidate_id: Optional[str]  # None: nothing beat the reference (or nothing passed)
+    status: Optional[str] = None
+    speedup: Optional[float] = None
+    speedup_low: Optional[float] = None
+    speedup_high: Optional[float] = None
+    remeasured: bool = False
+
+
+class RunSummary(_Frozen):
+    run_id: str
+    problem_name: str
+    problem_id: str
+    device: str
+    device_name: str
+    arch: str
+    proposer: str
+    model: Optional[str]
+    status: str
+    stop_reason: Optional[str]
+    stop_rule: StopRule
+    started_at: str
+    finished_at: Optional[str]
+    evaluations: int  # search evaluations this run paid for
+    evaluations_reused: int
+    candidates: int
+    failures_by_kind: dict[str, int]
+    cost_usd: float
+    timed: bool
+    best: BestView
+    note: str
+    nodes: tuple[NodeView, ...]
+
+
+def summarize(store, run_ref: str) -> RunSummary:
+    run = store.get_run(run_ref)
+    run_start = _parse_time(run.started_at)
+    search = {cid: r for _, _, cid, r in store.evaluations(run_id=run.run_id, kind="search")}
+    remeasured = {cid: r for _, _, cid, r in store.evaluations(run_id=run.run_id, kind="remeasure")}
+    fp = store.get_environment(run.env_id)
+    reused = {cid for cid, r in search.items() if _parse_time(r.started_at) < run_start}
+    nodes = []
+    for c in store.candidates(run.run_id):
+        r = search.get(c.candidate_id)
+        m = measured_speedup(r) if r else None
+        nodes.append(NodeView(candidate_id=c.candidate_id, parent_id=c.parent_id, generation=c.generation,
+                              proposer=c.proposer, action=c.policy_action, reason=c.policy_reason,
+                              tags=c.transformation_tags, status=r.status.value if r else None,
+                              speedup=m.ratio if m else None, reused=c.candidate_id in reused))
+    failures: dict[str, int] = {}
+    for r in search.values():
+        if not r.passed:
+            failures[r.status.value] = failures.get(r.status.value, 0) + 1
+    timed = any(r.timing for r in search.values())
+    best = BestView(candidate_id=None)
+    if run.best_candidate_id:
+        r = remeasured.get(run.best_candidate_id) or search.get(run.best_candidate_id)
+        m = measured_speedup(r) if r else None
+        best = BestView(candidate_id=run.best_candidate_id, status=search[run.best_candidate_id].status.value
+                        if run.best_candidate_id in search else None, speedup=m.ratio if m else None,
+                        speedup_low=m.ratio_low if m else None, speedup_high=m.ratio_high if m else None,
+                        remeasured=run.best_candidate_id in remeasured)
+    best_node = next((n for n in nodes if n.candidate_id == best.candidate_id), None)
+    if run.status is not RunStatus.finished:
+        note = f"run not finished ({run.status.value}): continue it with `kscout resume {run.run_id}`"
+    elif not timed:
+        note = (f"correctness only: nothing was timed on {fp.device_name}, so no speed is claimed; the best is "
+                f"the first passing candidate, not a measured winner")
+    elif best.remeasured and best.speedup_low is not None and best.speedup_low > 1.0:
+        note = (f"best re-measured interleaved with eager: {best.speedup:.3g}x "
+                f"[{best.speedup_low:.3g}, {best.speedup_high:.3g}]")
+    elif best_node is not None:
+        note = "no candidate beat eager outside the noise after the interleaved re-measure; the best is the seed"
+    else:
+        note = "no candidate beat eager outside the noise; keep the reference"
+    return RunSummary(
+        run_id=run.run_id, problem_name=run.problem_name, problem_id=run.problem_id, device=run.device,
+        device_name=fp.device_name, arch=run.arch, proposer=run.proposer, model=run.model, status=run.status.value,
+        stop_reason=run.stop_reason, stop_rule=run.stop_rule, started_at=run.started_at,
+        finished_at=run.finished_at, evaluations=len(search) - len(reused), evaluations_reused=len(reused),
+        candidates=len(nodes), failures_by_kind=failures,
+        cost_usd=sum(c.cost_usd or 0.0 for c in store.llm_calls(run.run_id)), timed=timed, best=best, note=note,
+        nodes=tuple(nodes),
+    )

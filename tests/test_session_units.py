@@ -1,0 +1,115 @@
+"""The parts of the session that decide on measured numbers, checked with hand-built GPU records
+(no GPU here): the executor's timing lock, the winner rule, re-measure records, outcomes per bucket."""
+
+import threading
+import time
+
+import pytest
+
+from agent.executor import LocalExecutor
+from agent.session import pick_best
+from agent.stopping import measured_speedup
+from agent.writeback import outcomes_for, remeasure_as_eval, shape_bucket
+from evaluation.records import (
+    Baseline, EvalResult, Fingerprint, ProblemInfo, RemeasuredCandidate, RemeasuredCase, RemeasureResult,
+    ShapeCase, Speedup, Status, TimedCase, TimingStats, Tolerance,
+)
+from store.records import CandidateRecord
+
+FP = Fingerprint(device_kind="cuda", device_name="NVIDIA H200", arch="sm_90", triton_version="3.6",
+                 torch_version="2.11", python_version="3.12", kernelscout_version="0.1.0")
+PROBLEM = ProblemInfo(problem_id="p1", name="layernorm", op_family="layernorm", source_path="/x/layernorm.py",
+                      source_sha256="s", builtin=True,
+                      shape_cases=(ShapeCase(case_id="M=4096,N=4096|bfloat16", params={"M": 4096, "N": 4096},
+                                             dtype="bfloat16"),),
+                      dtypes=("bfloat16",), tolerances={"bfloat16": Tolerance(atol=1.6e-2, rtol=1.6e-2)})
+
+
+def stats(p50):
+    return TimingStats(latency_ms_p20=p50 * 0.95, latency_ms_p50=p50, latency_ms_p80=p50 * 1.05, latency_ms_min=p50 * 0.9,
+                       latency_ms_mean=p50, n_samples=100, n_warmup=10, l2_flushed=True, method="cuda_graph")
+
+
+def timed(cid, *cases, status=Status.passed):
+    """cases: (params, ratio, low, high)"""
+    return EvalResult(
+        status=status, candidate_sha256=cid, problem_id="p1", problem_name="layernorm", device="cuda", fingerprint=FP,
+        started_at="2026-01-01T00:00:00+00:00", duration_s=1.0,
+        timing=tuple(TimedCase(case_id=f"c{i}", params=params, dtype="bfloat16", candidate=stats(1.0 / r),
+                               baselines=(Baseline(name="eager", timing=stats(1.0)),),
+                               speedups=(Speedup(baseline="eager", ratio=r, ratio_low=lo, ratio_high=hi,
+                                                 significant=lo > 1),))
+                     for i, (params, r, lo, hi) in enumerate(cases)),
+    )
+
+
+def test_the_winner_on_an_untimed_device_is_the_first_pass():
+    assert pick_best(["a", "b"], timed=False, remeasured={}, seeds=["a"]) == "a"
+    assert pick_best([], timed=False, remeasured={}, seeds=[]) is None
+
+
+def test_the_fastest_remeasured_win_outside_the_noise_wins():
+    remeasured = {"b": timed("b", ({"M": 8}, 1.3, 1.1, 1.5)), "c": timed("c", ({"M": 8}, 1.6, 1.2, 2.0))}
+    assert pick_best(["seed", "b", "c"], timed=True, remeasured=remeasured, seeds=["seed"]) == "c"
+
+
+def test_a_win_inside_the_noise_leaves_the_seed_as_best():
+    remeasured = {"b": timed("b", ({"M": 8}, 1.3, 0.9, 1.5))}  # one round was a loss
+    assert pick_best(["seed", "b"], timed=True, remeasured=remeasured, seeds=["seed"]) == "seed"
+    assert pick_best(["b"], timed=True, remeasured=remeasured, seeds=[]) is None
+
+
+def test_a_remeasure_becomes_an_evaluation_record_with_its_round_spread():
+    case = RemeasuredCase(case_id="M=4096,N=4096|bfloat16", params={"M": 4096, "N": 4096}, dtype="bfloat16",
+                          candidate_p50s_ms=(0.50, 0.40, 0.45), baseline_p50s_ms=(0.60, 0.60, 0.63),
+                          speedup=1.4, speedup_min=1.2, speedup_max=1.5, significant=True, method="cuda_graph")
+    rc = RemeasuredCandidate(name="b", candidate_sha256="b" * 64, cases=(case,))
+    rm = RemeasureResult(problem_id="p1", problem_name="layernorm", device="cuda", rounds=3, candidates=(rc,),
+                         fingerprint=FP, started_at="2026-01-01T00:00:00+00:00", duration_s=2.0)
+    result = remeasure_as_eval(rc, rm, timed("b", ({"M": 4096, "N": 4096}, 1.3, 1.1, 1.5)))
+    t = result.timing[0]
+    assert result.status is Status.passed and result.candidate_sha256 == "b" * 64
+    assert (t.candidate.latency_ms_p50, t.candidate.latency_ms_min, t.candidate.n_samples) == (0.45, 0.40, 3)
+    assert t.baselines[0].timing.latency_ms_p50 == 0.60
+    m = measured_speedup(result)
+    assert (m.ratio, m.ratio_low, m.ratio_high) == pytest.approx((1.4, 1.2, 1.5))
+    assert "3 rounds interleaved" in result.timing_note
+
+
+def test_outcomes_are_written_per_shape_bucket_with_their_interval():
+    cand = CandidateRecord(candidate_id="b" * 64, run_id="r", parent_id="a" * 64, generation=1, proposer="template",
+                           transformation_tags=("rows_per_program=4",), source="x", created_at="t")
+    result = timed("b", ({"M": 4096, "N": 4099}, 1.3, 1.1, 1.5), ({"M": 1, "N": 64}, 0.9, 0.8, 1.0))
+    out = outcomes_for(cand, result, "e2", PROBLEM, FP, parent_eval_id="e1")
+    assert [o.shape_bucket for o in out] == ["M=4096..8191,N=4096..8191", "M=1,N=64..127"]
+    assert [(o.speedup, o.speedup_low, o.speedup_high) for o in out] == [(1.3, 1.1, 1.5), (0.9, 0.8, 1.0)]
+    assert all(o.transformation == "rows_per_program=4" and o.evidence_eval_ids == ("e2", "e1") for o in out)
+    assert out[0].latency_ms_p50 == pytest.approx(1 / 1.3)
+    assert len({o.outcome_id for o in out}) == 2
+    assert outcomes_for(cand, result, "e2", PROBLEM, FP)[0].outcome_id == out[0].outcome_id  # resume-safe
+
+
+def test_shape_bucket_groups_sizes_by_power_of_two():
+    assert shape_bucket({"N": 4096, "M": 1}) == "M=1,N=4096..8191"
+    assert shape_bucket({"N": 4099}) == shape_bucket({"N": 8000})
+
+
+def test_gpu_correctness_runs_in_parallel_but_timings_never_overlap():
+    active = {"check": 0, "time": 0}
+    peak = {"check": 0, "time": 0}
+    lock = threading.Lock()
+
+    def fake_evaluate(source, problem, *, device, timeout_s, trials, time_it=True):
+        kind = "time" if time_it else "check"
+        with lock:
+            active[kind] += 1
+            peak[kind] = max(peak[kind], active[kind])
+        time.sleep(0.05)
+        with lock:
+            active[kind] -= 1
+        return timed(source, ({"M": 8}, 1.0, 0.9, 1.1))
+
+    with LocalExecutor(3, evaluate=fake_evaluate) as ex:
+        results = [f.result() for f in ex.map(["a", "b", "c", "d", "e", "f"], PROBLEM, "cuda")]
+    assert [r.candidate_sha256 for r in results] == ["a", "b", "c", "d", "e", "f"]
+    assert peak == {"check": 3, "time": 1}
