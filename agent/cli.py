@@ -44,7 +44,9 @@ def build_app() -> typer.Typer:
 def main(argv: list[str] | None = None) -> None:
     app = build_app()
     try:
-        app(args=argv, prog_name="kscout", standalone_mode=False)
+        rc = app(args=argv, prog_name="kscout", standalone_mode=False)
+        if isinstance(rc, int) and rc:  # `raise typer.Exit(n)` is returned, not raised, here
+            sys.exit(rc)
     except KscoutError as exc:
         print(f"kscout: error: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)
@@ -53,7 +55,11 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # click usage errors carry their own exit codes
         import click
 
-        if isinstance(exc, click.exceptions.ClickException):
+        try:  # typer vendors its own click: its usage errors are not click's classes
+            from typer._click.exceptions import ClickException as _TyperClickException
+        except ImportError:  # pragma: no cover - older typer uses click itself
+            _TyperClickException = click.exceptions.ClickException
+        if isinstance(exc, (click.exceptions.ClickException, _TyperClickException)):
             exc.show()
             sys.exit(exc.exit_code)
         if isinstance(exc, click.exceptions.Abort):

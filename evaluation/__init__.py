@@ -4,14 +4,20 @@ Public API (everything else is internal):
 
     load_problem(spec, device="cpu", overrides=None) -> ProblemInfo
         spec: a built-in name ("layernorm") or a path to a KernelBench-style file.
-    list_problems() -> list[ProblemInfo]                 the built-in problems
-    evaluate(source, problem, device="auto", timeout_s=..., trials=3, time_it=True) -> EvalResult
-        runs static_check -> compile -> correctness -> timing in separate processes.
+    list_problems(device="cpu") -> list[ProblemInfo]       the built-in problems
+    evaluate(source, problem, *, device="auto", timeout_s=120.0, trials=3, time_it=True,
+             overrides=None, seed=None) -> EvalResult
+        static_check -> compile -> correctness -> timing; candidate code runs in worker processes.
+    remeasure(sources, problem, *, device="auto", rounds=5, timeout_s=600) -> RemeasureResult
     fingerprint(device="auto") -> Fingerprint
+    resolve_device("auto" | "cpu" | "cuda") -> "cpu" | "cuda"
 
-This package imports nothing else of kernelscout and never writes to the store.
+This package imports nothing else of kernelscout and never writes to the store. `evaluate` and
+`remeasure` are loaded on first use, so importing `evaluation` (for its records and errors) stays cheap.
 """
 
+from evaluation.fingerprint import fingerprint, resolve_device  # noqa: F401
+from evaluation.problem import list_problems, load_problem  # noqa: F401
 from evaluation.records import (  # noqa: F401
     Baseline,
     EvalResult,
@@ -19,6 +25,9 @@ from evaluation.records import (  # noqa: F401
     KernelInfo,
     Mismatch,
     ProblemInfo,
+    RemeasuredCandidate,
+    RemeasuredCase,
+    RemeasureResult,
     ShapeCase,
     ShapeResult,
     Speedup,
@@ -31,3 +40,11 @@ from evaluation.records import (  # noqa: F401
 )
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    if name in ("evaluate", "remeasure"):
+        from evaluation import harness
+
+        return getattr(harness, name)
+    raise AttributeError(f"module 'evaluation' has no attribute {name!r}")

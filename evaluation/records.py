@@ -14,7 +14,9 @@ from pydantic import BaseModel, ConfigDict
 
 
 class Record(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # NaN/Inf errors (a candidate that writes NaN) serialize as "NaN"/"Infinity" strings: the JSON stays
+    # valid for jq and still validates back into floats.
+    model_config = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="strings")
 
 
 class Status(str, enum.Enum):
@@ -70,6 +72,7 @@ class Mismatch(Record):
     index: tuple[int, ...]
     expected: float
     actual: float
+    output_index: int = 0  # which output of a tuple-returning model the index refers to
 
 
 class ShapeResult(Record):
@@ -182,6 +185,51 @@ class EvalResult(Record):
         if not ratios:
             return None
         return math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+
+
+class RemeasuredCase(Record):
+    """One timed case of one candidate, measured in rounds interleaved with the eager baseline."""
+
+    case_id: str
+    params: dict[str, int]
+    dtype: str
+    candidate_p50s_ms: tuple[float, ...]  # one p50 per round
+    baseline_p50s_ms: tuple[float, ...]  # the eager reference, same rounds, same process
+    speedup: float  # median over rounds of baseline p50 / candidate p50
+    speedup_min: float  # the spread of the per-round ratios
+    speedup_max: float
+    significant: bool  # speedup_min > 1: every round was a win, not only the median
+    method: str  # "cuda_graph" | "cuda_events"
+
+
+class RemeasuredCandidate(Record):
+    name: str
+    candidate_sha256: str
+    cases: tuple[RemeasuredCase, ...] = ()
+    error: Optional[str] = None  # why this candidate has no numbers (it raised, the worker died, ...)
+
+    def speedup(self) -> Optional[float]:
+        """Geometric mean over cases of the per-case speedup, or None if unmeasured."""
+        import math
+
+        if not self.cases:
+            return None
+        return math.exp(sum(math.log(c.speedup) for c in self.cases) / len(self.cases))
+
+
+class RemeasureResult(Record):
+    """The interleaved re-measure a search runs before it declares a winner."""
+
+    problem_id: str
+    problem_name: str
+    device: str
+    rounds: int
+    candidates: tuple[RemeasuredCandidate, ...]
+    note: Optional[str] = None  # e.g. "not measured on this device (cpu, Triton interpreter)"
+    stderr_tail: str = ""
+    fingerprint: Fingerprint
+    started_at: str
+    duration_s: float
 
 
 class Tolerance(Record):

@@ -38,3 +38,19 @@ def kscout_home(tmp_path, monkeypatch):
     home.mkdir()
     monkeypatch.setenv("KSCOUT_HOME", str(home))
     return home
+
+
+@pytest.fixture(scope="session")
+def hwdocs_store_template(tmp_path_factory):
+    """A store folder holding the shipped hwdocs, loaded once per test session by the first `ask` on an
+    empty store (the auto-load path). Embedding them costs tens of seconds on 2 cores, so modules copy
+    this folder (shutil.copytree) instead of ingesting again; never write to it directly.
+    """
+    from knowledge.retrieve import ask
+    from store import Store
+
+    home = tmp_path_factory.mktemp("hwdocs-template") / "home"
+    with Store.open(home) as store:
+        assert store.documents() == []
+        ask(store, "warm-up question about the H100")
+    return home

@@ -1,0 +1,148 @@
+"""Benchmark every built-in seed kernel: `python -m evaluation.bench [--problems a,b] [--out results.csv]`.
+
+Each seed is evaluated twice (two full evaluations, two timing processes), so the table can show the
+run-to-run difference of the p50 next to the spread each run reports: a speedup smaller than that
+difference is noise. The CSV is tidy, one measurement per row (kernel, provider, metric, unit, shape,
+dtype, p20/p50/p80, GPU, timestamp, versions). On the CPU it still runs, correctness only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as _dt
+import sys
+from pathlib import Path
+
+from evaluation.problem import list_problems
+
+CSV_FIELDS = ("kernel", "provider", "metric", "unit", "shape", "dtype", "p20", "p50", "p80", "gpu",
+              "timestamp", "torch", "triton", "kernelscout", "status")
+
+
+def _rows(result, run: int, stamp: str) -> list[dict]:
+    fp = result.fingerprint
+    common = dict(kernel=f"{result.problem_name}_seed", gpu=fp.device_name, timestamp=stamp, torch=fp.torch_version,
+                  triton=fp.triton_version, kernelscout=fp.kernelscout_version, status=result.status.value)
+    rows = []
+    if not result.timing:
+        for r in result.shape_results:
+            shape, dtype = r.case_id.split("|")
+            rows.append(dict(common, provider="triton_seed", metric="correct", unit="bool", shape=shape, dtype=dtype,
+                             p20="", p50=int(r.passed), p80=""))
+        return rows
+    for t in result.timing:
+        shape = t.case_id.split("|")[0]
+        stats = [("triton_seed", t.candidate)] + [(b.name, b.timing) for b in t.baselines if b.timing]
+        for provider, s in stats:
+            rows.append(dict(common, provider=provider, metric=f"latency_run{run}", unit="ms", shape=shape,
+                             dtype=t.dtype, p20=s.latency_ms_p20, p50=s.latency_ms_p50, p80=s.latency_ms_p80))
+        if t.bytes_moved:
+            c = t.candidate
+            gbps = [t.bytes_moved / (ms * 1e-3) / 1e9 for ms in (c.latency_ms_p80, c.latency_ms_p50, c.latency_ms_p20)]
+            rows.append(dict(common, provider="triton_seed", metric=f"bandwidth_run{run}", unit="GB/s", shape=shape,
+                             dtype=t.dtype, p20=gbps[0], p50=gbps[1], p80=gbps[2]))
+    return rows
+
+
+def _correctness_table(pairs, console) -> None:
+    from rich.table import Table
+
+    table = Table(title="seed kernels (correctness only)")
+    for col in ("problem", "shape", "dtype", "passed", "max abs err"):
+        table.add_column(col)
+    for first, _ in pairs:
+        for r in first.shape_results:
+            shape, dtype = r.case_id.split("|")
+            err = "-" if r.max_abs_error is None else f"{r.max_abs_error:.3g}"
+            table.add_row(first.problem_name, shape, dtype, "yes" if r.passed else "NO", err)
+    console.print(table)
+    for first, _ in pairs:
+        if not first.passed:
+            console.print(f"{first.problem_name}: {first.status.value}: {first.message}", markup=False)
+    console.print(f"timing: {pairs[0][0].timing_note}" if pairs else "no seeded problems", markup=False)
+
+
+def _table(pairs) -> None:
+    from evaluation.cli import make_console
+
+    console = make_console()
+    if not any(first.timing for first, _ in pairs):
+        _correctness_table(pairs, console)
+        return
+    from rich.table import Table
+
+    table = Table(title="seed kernels")
+    for col in ("problem", "shape", "dtype", "p50 ms", "p20-p80 ms", "run2-run1 p50", "GB/s", "% ceiling",
+                "x eager", "x compile"):
+        table.add_column(col)
+    notes = set()
+    for first, second in pairs:
+        if not first.timing:
+            notes.add(first.timing_note or f"{first.problem_name}: {first.status.value}")
+            for r in first.shape_results:
+                shape, dtype = r.case_id.split("|")
+                table.add_row(first.problem_name, shape, dtype, "-", "-", "-", "-", "-", "-",
+                              "passed" if r.passed else "FAILED")
+            if not first.passed:
+                notes.add(f"{first.problem_name}: {first.status.value}: {first.message}")
+            continue
+        again = {t.case_id: t for t in second.timing}
+        for t in first.timing:
+            c = t.candidate
+            other = again.get(t.case_id)
+            delta = f"{100 * (other.candidate.latency_ms_p50 / c.latency_ms_p50 - 1):+.1f}%" if other else "-"
+            sp = {s.baseline: s for s in t.speedups}
+            cell = lambda b: f"{sp[b].ratio:.2f} [{sp[b].ratio_low:.2f}, {sp[b].ratio_high:.2f}]" if b in sp else "-"  # noqa: E731
+            table.add_row(first.problem_name, t.case_id.split("|")[0], t.dtype, f"{c.latency_ms_p50:.4f}",
+                          f"{c.latency_ms_p20:.4f}-{c.latency_ms_p80:.4f}", delta,
+                          f"{t.achieved_gbps:.0f}" if t.achieved_gbps else "-",
+                          f"{t.pct_of_ceiling:.0f}" if t.pct_of_ceiling else "-", cell("eager"), cell("torch_compile"))
+    console.print(table)
+    for note in sorted(notes):
+        console.print(f"note: {note}", markup=False, highlight=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from evaluation.fingerprint import resolve_device
+    from evaluation.harness import evaluate
+
+    parser = argparse.ArgumentParser(prog="python -m evaluation.bench", description=__doc__.split("\n")[0])
+    parser.add_argument("--problems", help="comma-separated built-in names (default: every one with a seed)")
+    parser.add_argument("--out", type=Path, help="write the tidy CSV here")
+    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    parser.add_argument("--trials", type=int, default=1, help="correctness trials per case (timing needs one pass)")
+    args = parser.parse_args(argv)
+    dev = resolve_device(args.device)
+    problems = [p for p in list_problems(dev) if p.seed_path]
+    if args.problems:
+        wanted = [w.strip() for w in args.problems.split(",") if w.strip()]
+        unknown = sorted(set(wanted) - {p.name for p in problems})
+        if unknown:
+            print(f"bench: no seeded built-in problem named {', '.join(unknown)}", file=sys.stderr)
+            return 2
+        problems = [p for p in problems if p.name in wanted]
+    stamp = _dt.datetime.now(_dt.timezone.utc).isoformat()
+    pairs, rows = [], []
+    for info in problems:
+        source = Path(info.seed_path).read_text()
+        runs = [evaluate(source, info, device=dev, trials=args.trials, timeout_s=600)]
+        if dev != "cpu":
+            runs.append(evaluate(source, info, device=dev, trials=1, timeout_s=600))
+        else:
+            runs.append(runs[0])
+        pairs.append(tuple(runs))
+        rows += _rows(runs[0], 1, stamp)
+        if runs[1] is not runs[0]:
+            rows += _rows(runs[1], 2, stamp)
+    _table(pairs)
+    if args.out:
+        with open(args.out, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=CSV_FIELDS)
+            writer.writeheader()
+            writer.writerows(rows)
+    return 0 if all(a.passed for a, _ in pairs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""`kscout eval` and `kscout problems`: parse, call one library function, render.
+
+Exit codes: 0 passed, 1 the candidate failed, 2 bad input (raised as KscoutError; agent/cli.py prints
+the one line). `--json` prints exactly one JSON object on stdout.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from evaluation.errors import CandidateError, ProblemError
+
+
+def parse_sets(pairs: list[str] | None) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for pair in pairs or ():
+        name, sep, value = pair.partition("=")
+        if not sep or not name.strip().isidentifier():
+            raise ProblemError(f"malformed --set {pair!r}; expected NAME=INTEGER, e.g. --set dim=4099")
+        try:
+            out[name.strip()] = int(value)
+        except ValueError:
+            raise ProblemError(f"malformed --set {pair!r}: {value!r} is not an integer") from None
+    return out
+
+
+def read_candidate(path: Path) -> str:
+    from evaluation.static_check import check_source
+
+    try:
+        source = path.read_text()
+    except OSError as exc:
+        raise CandidateError(f"cannot read candidate {path}: {exc.strerror}") from None
+    report = check_source(source)
+    if report.syntax_error is None and not report.has_model_new:
+        raise CandidateError(f"candidate {path} defines no ModelNew (KernelBench contract: class ModelNew(nn.Module))")
+    return source
+
+
+def _fmt(x: float | None, spec: str = ".3g") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def make_console():
+    """A terminal gets its own width; a pipe or file gets room for the timing columns."""
+    from rich.console import Console
+
+    c = Console()
+    return c if c.is_terminal else Console(width=160)
+
+
+def render_result(result) -> None:
+    from rich.table import Table
+
+    console = make_console()
+    timed = {t.case_id: t for t in result.timing}
+    table = Table(title=f"{result.problem_name} on {result.fingerprint.device_name}")
+    for col in ("case", "dtype", "passed", "max abs err", "max rel err"):
+        table.add_column(col)
+    if timed:
+        for col in ("p50 ms", "p20-p80 ms", "GB/s", "x eager", "x compile"):
+            table.add_column(col, justify="right")
+    for r in result.shape_results:
+        row = [r.case_id.split("|")[0], r.dtype, "yes" if r.passed else "[red]no[/red]",
+               _fmt(r.max_abs_error), _fmt(r.max_rel_error)]
+        if timed:
+            t = timed.get(r.case_id)
+            ratio = {s.baseline: s for s in t.speedups} if t else {}
+            row += [
+                _fmt(t.candidate.latency_ms_p50, ".4f") if t else "",
+                f"{t.candidate.latency_ms_p20:.4f}-{t.candidate.latency_ms_p80:.4f}" if t else "",
+                _fmt(t.achieved_gbps, ".0f") if t else "",
+                *(f"{ratio[b].ratio:.2f}{'' if ratio[b].significant else '?'}" if b in ratio else "-"
+                  for b in ("eager", "torch_compile")),
+            ]
+        table.add_row(*row)
+    console.print(table)
+    status = result.status.value
+    where = f" at {result.failed_stage.value}" if result.failed_stage else ""
+    line = f"status: {status}{where}"
+    if result.error_class:
+        line += f" ({result.error_class})"
+    if result.message:
+        line += f": {result.message}"
+    console.print(line, markup=False, highlight=False, soft_wrap=True)
+    for r in result.shape_results:
+        if not r.passed and r.message:
+            console.print(f"  {r.case_id}: {r.message}", markup=False, highlight=False, soft_wrap=True)
+    if timed:
+        console.print("speedups marked ? are not significant: their p20-p80 interval includes 1.0",
+                      markup=False, highlight=False, soft_wrap=True)
+    if result.timing_note:
+        console.print(f"timing: {result.timing_note}", markup=False, highlight=False, soft_wrap=True)
+    if result.stderr_tail and not result.passed:
+        console.print("stderr (tail):\n" + result.stderr_tail[-1500:], markup=False, highlight=False, soft_wrap=True)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("eval")
+    def eval_cmd(
+        candidate: Path = typer.Argument(..., help="Python file defining ModelNew"),
+        problem: str = typer.Option(..., "--problem", "-p", help="built-in name or KernelBench-style file"),
+        device: str = typer.Option("auto", "--device", help="auto | cpu | cuda"),
+        sets: Optional[List[str]] = typer.Option(None, "--set", help="pin a size constant: NAME=VALUE"),
+        timeout: float = typer.Option(120.0, "--timeout", help="wall-clock limit per worker, seconds"),
+        trials: int = typer.Option(3, "--trials", min=1, help="fresh random inputs per case"),
+        as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+    ) -> None:
+        """Evaluate a candidate kernel: static check, compile, correctness on every case, timing."""
+        from evaluation.fingerprint import resolve_device
+        from evaluation.harness import evaluate
+        from evaluation.problem import load_problem
+
+        overrides = parse_sets(sets)
+        source = read_candidate(candidate)
+        dev = resolve_device(device)
+        info = load_problem(problem, dev, overrides)
+        result = evaluate(source, info, device=dev, timeout_s=timeout, trials=trials)
+        if as_json:
+            typer.echo(result.model_dump_json())
+        else:
+            render_result(result)
+        if not result.passed:
+            raise SystemExit(1)
+
+    @app.command("problems")
+    def problems_cmd(
+        device: str = typer.Option("cpu", "--device", help="which shape set to list: cpu | cuda"),
+        as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+    ) -> None:
+        """List the built-in problems."""
+        from evaluation.problem import list_problems
+
+        if device not in ("cpu", "cuda"):
+            raise ProblemError(f"--device must be cpu or cuda for a shape set, not {device!r}")
+        problems = list_problems(device)
+        if as_json:
+            typer.echo(json.dumps({"device": device, "problems": [p.model_dump(mode="json") for p in problems]}))
+            return
+        from rich.table import Table
+
+        table = Table(title=f"built-in problems ({device} shape sets)")
+        for col in ("name", "family", "dtypes", "cases", "seed"):
+            table.add_column(col)
+        for p in problems:
+            table.add_row(p.name, p.op_family, ", ".join(p.dtypes), str(len(p.shape_cases)),
+                          "yes" if p.seed_path else "no")
+        make_console().print(table)

@@ -1,0 +1,222 @@
+"""Run-time checks inside the worker: launches seen, PyTorch compute seen, harness left unpatched.
+
+All of these are installed before the candidate is imported. They run in the candidate's own process,
+so a determined candidate could defeat them; they are defence in depth. The verdict that cannot be
+patched is the parent's comparison against its own reference, on inputs the candidate never chose.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections import Counter
+from typing import Any
+
+from torch.utils._python_dispatch import TorchDispatchMode
+
+# aten ops that allocate, view, copy, convert dtype or fill: what a wrapper around Triton kernels
+# needs. An interpreted launch itself issues empty, new_empty, set_ and copy_ (it stages tensors
+# through host memory). Anything else in forward is PyTorch doing the work.
+ALLOWED_OPS = frozenset({
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like",
+    "new_zeros", "ones", "ones_like", "new_ones", "full", "full_like", "new_full", "scalar_tensor",
+    "fill_", "zero_", "lift_fresh", "lift_fresh_copy", "resize_",
+    "view", "_unsafe_view", "reshape", "_reshape_alias", "as_strided", "expand", "permute", "transpose",
+    "t", "slice", "select", "squeeze", "unsqueeze", "split", "split_with_sizes", "unbind", "chunk",
+    "narrow", "alias", "detach", "unfold", "view_as_real", "view_as_complex",
+    "contiguous", "clone", "copy_", "_to_copy", "_copy_from", "_copy_from_and_resize", "set_",
+    "_local_scalar_dense", "is_nonzero", "is_same_size", "sym_size", "sym_stride", "sym_numel",
+    "sym_storage_offset", "_has_compatible_shallow_copy_type",
+})
+
+
+class ComputeWatch(TorchDispatchMode):
+    """Counts every aten op in forward that is not allocation, view, copy or fill."""
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # Otherwise torch wraps __torch_dispatch__ in a dynamo-disable whose first call imports
+        # torch._dynamo (seconds, and it rebinds torch.manual_seed). No compile runs under this mode.
+        return False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flagged: Counter[str] = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket.__name__ not in ALLOWED_OPS:
+            self.flagged[str(func)] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _compile_error_types() -> tuple[type, ...]:
+    """Exceptions that, raised by a launch, mean the kernel did not compile (also under the interpreter,
+    where the front end's ValueError/TypeError/NameError come back wrapped as InterpreterError)."""
+    types_: list[type] = []
+    for module, name in (
+        ("triton.compiler.errors", "CompilationError"),
+        ("triton.runtime.errors", "InterpreterError"),
+        ("triton.runtime.errors", "OutOfResources"),
+        ("triton.runtime.errors", "PTXASError"),
+    ):
+        try:
+            types_.append(getattr(importlib.import_module(module), name))
+        except (ImportError, AttributeError):
+            continue
+    return tuple(types_)
+
+
+class LaunchCounter:
+    """Wraps JITFunction.run and InterpretedFunction.run (autotuners and heuristics end there too)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.kernels: dict[str, dict[str, Any]] = {}
+        self._compile_errors: list[BaseException] = []
+        self._types = _compile_error_types()
+
+    def install(self) -> None:
+        targets = [("triton.runtime.jit", "JITFunction")]
+        targets.append(("triton.runtime.interpreter", "InterpretedFunction"))
+        for module, cls_name in targets:
+            try:
+                cls = getattr(importlib.import_module(module), cls_name)
+            except (ImportError, AttributeError):
+                continue
+            if "run" in vars(cls):
+                cls.run = self._wrap(cls.run)
+
+    def _wrap(self, original):
+        counter = self
+
+        @functools.wraps(original)
+        def run(kernel, *args, **kwargs):
+            try:
+                result = original(kernel, *args, **kwargs)
+            except BaseException as exc:
+                if isinstance(exc, counter._types):
+                    counter._compile_errors.append(exc)
+                raise
+            if not kwargs.get("warmup", False):
+                counter.count += 1
+                counter._note(kernel, result)
+            return result
+
+        return run
+
+    def _note(self, kernel, compiled) -> None:
+        name = getattr(getattr(kernel, "fn", None), "__name__", None) or getattr(kernel, "__name__", "kernel")
+        if name in self.kernels and self.kernels[name].get("n_regs") is not None:
+            return
+        meta = getattr(compiled, "metadata", None)
+
+        def fact(obj, attr):
+            value = getattr(obj, attr, None) if obj is not None else None
+            return value if isinstance(value, int) else None
+
+        self.kernels[name] = {
+            "name": name,
+            "n_regs": fact(compiled, "n_regs"),
+            "n_spills": fact(compiled, "n_spills"),
+            "shared_bytes": fact(meta, "shared"),
+            "num_warps": fact(meta, "num_warps"),
+            "num_stages": fact(meta, "num_stages"),
+        }
+
+    def is_compile_error(self, exc: BaseException) -> BaseException | None:
+        """The Triton compile error behind `exc` (raised by a launch), if there is one."""
+        seen = set()
+        while exc is not None and id(exc) not in seen:
+            seen.add(id(exc))
+            if any(exc is e for e in self._compile_errors):
+                return exc
+            exc = exc.__cause__ or exc.__context__
+        return None
+
+
+# Callables whose identity must not change: the tools the worker uses to check, save and time.
+WATCHED = (
+    ("torch", ("allclose", "isclose", "equal", "save", "load", "manual_seed", "randn", "rand", "randint",
+               "empty", "no_grad")),
+    ("torch.testing", ("assert_close",)),
+    ("torch.Tensor", ("copy_", "clone", "cpu", "to", "detach", "__eq__", "data_ptr", "untyped_storage")),
+    ("torch.nn.Module", ("__call__", "load_state_dict", "state_dict", "to")),
+    ("torch.cuda", ("synchronize", "graph", "Event", "CUDAGraph", "mem_get_info", "memory_snapshot")),
+    ("torch.cuda.Event", ("elapsed_time", "record", "synchronize")),
+    ("torch.cuda.CUDAGraph", ("replay", "capture_begin", "capture_end")),
+    ("time", ("perf_counter", "perf_counter_ns", "time", "monotonic", "sleep")),
+    ("json", ("dump", "dumps", "loads")),
+    ("os", ("replace", "fsync", "getpid", "_exit")),
+    ("builtins", ("open", "isinstance", "id", "len", "print", "getattr", "setattr")),
+    ("triton.runtime.jit.JITFunction", ("run",)),
+    ("triton.runtime.interpreter.InterpretedFunction", ("run",)),
+    ("triton.runtime.autotuner.Autotuner", ("run",)),
+    ("torch.utils._python_dispatch.TorchDispatchMode", ("__enter__", "__exit__")),
+)
+WATCHED_MODULES = ("torch", "triton", "time", "json", "os", "builtins", "evaluation.worker",
+                   "evaluation.guards", "evaluation.inputs", "evaluation.problem", "evaluation.timing")
+
+
+def _lookup(dotted: str):
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for attr in parts[cut:]:
+            obj = getattr(obj, attr)
+        return obj
+    raise ImportError(dotted)
+
+
+class HarnessSnapshot:
+    """Identities of the callables and modules the harness relies on, taken before the candidate runs."""
+
+    def __init__(self) -> None:
+        import sys
+
+        self._entries: list[tuple[str, Any, Any]] = []
+        for owner, attrs in WATCHED:
+            try:
+                obj = _lookup(owner)
+            except (ImportError, AttributeError):
+                continue
+            for attr in attrs:
+                if hasattr(obj, attr):
+                    self._entries.append((f"{owner}.{attr}", obj, getattr(obj, attr)))
+        self._modules = {name: sys.modules[name] for name in WATCHED_MODULES if name in sys.modules}
+        for name in WATCHED_MODULES:
+            module = self._modules.get(name)
+            if module is not None and name.startswith("evaluation."):
+                for attr, value in vars(module).items():
+                    if callable(value) and not attr.startswith("__"):
+                        self._entries.append((f"{name}.{attr}", module, value))
+
+    def changed(self) -> list[str]:
+        import sys
+
+        out = [name for name, module in self._modules.items() if sys.modules.get(name) is not module]
+        for name, owner, value in self._entries:
+            attr = name.rsplit(".", 1)[1]
+            if getattr(owner, attr, None) is not value:
+                out.append(name)
+        return out
+
+
+def shares_memory(output, inputs) -> bool:
+    """True when an output tensor lives in the storage of an input (aliasing, not computing)."""
+    import torch
+
+    def spans(t):
+        storage = t.untyped_storage()
+        return storage.data_ptr(), storage.data_ptr() + storage.nbytes()
+
+    ins = [spans(t) for t in inputs if isinstance(t, torch.Tensor) and t.untyped_storage().nbytes()]
+    for out in output:
+        if not isinstance(out, torch.Tensor) or out.untyped_storage().nbytes() == 0:
+            continue
+        lo, hi = spans(out)
+        if any(lo < ihi and ilo < hi for ilo, ihi in ins):
+            return True
+    return False

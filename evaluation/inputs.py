@@ -1,0 +1,84 @@
+"""Trial inputs, made the same way in the parent and in the worker, and memory poisoning.
+
+Inputs never cross the process boundary on the way in: both sides call the problem's get_inputs()
+after `torch.manual_seed(seed)` on the CPU generator, cast floating tensors to the case dtype, apply
+the trial's rescale, and only then move them to the device. Integer and bool inputs (targets,
+indices, masks) keep their dtype and values.
+
+Trial 0 uses get_inputs() as it is; later trials shift and scale floating inputs so that a kernel which
+gets the variance or an offset wrong, or answers "all tiny", fails somewhere.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# (scale, shift) for inputs with both signs; inputs that are never negative only get the scale, since
+# a shift could leave the problem's domain (probabilities, lengths).
+_TRANSFORMS = ((1.0, 0.0), (4.0, 1.5), (0.01, 0.0))
+
+
+def transform(trial: int) -> tuple[float, float]:
+    if trial == 0:
+        return _TRANSFORMS[0]
+    return _TRANSFORMS[1 + (trial - 1) % (len(_TRANSFORMS) - 1)]
+
+
+def describe_trial(trial: int) -> str:
+    scale, shift = transform(trial)
+    if trial == 0:
+        return "get_inputs() as is"
+    return f"floating inputs x*{scale:g}" + (f"+{shift:g} (when signed)" if shift else "")
+
+
+def make_inputs(module, dtype: str, seed: int, trial: int, device: str) -> list[Any]:
+    import torch
+
+    torch.manual_seed(seed)
+    raw = module.get_inputs()
+    scale, shift = transform(trial)
+    target = getattr(torch, dtype)
+    out = []
+    for x in raw:
+        if isinstance(x, torch.Tensor):
+            x = x.detach()
+            if x.is_floating_point():
+                if trial:
+                    wide = x.to(torch.float64)
+                    signed = bool((wide < 0).any()) and bool((wide > 0).any())
+                    x = wide * scale + (shift if signed else 0.0)
+                x = x.to(target)
+            x = x.to(device)
+        out.append(x)
+    return out
+
+
+def poison_memory(device: str, inputs: list[Any]) -> None:
+    """Fill memory that the next allocations will reuse with 0xFF bytes (NaN in every float dtype).
+
+    An output the candidate allocates with torch.empty and does not fully write then reads NaN (or -1
+    for integers) instead of a lucky zero or a previous answer. Blocks are sized like the inputs (an
+    output is usually the size of an input, and allocators reuse a freed block of the same size), plus
+    on cuda every free block the caching allocator holds. On the CPU this is best effort: glibc serves
+    large allocations from fresh (zeroed) mmaps, small ones from the freed heap.
+    """
+    import torch
+
+    sizes = [t.nbytes for t in inputs if isinstance(t, torch.Tensor) and t.nbytes] * 2
+    sizes.append(max(2 * sum(sizes), 1 << 16))
+    if device == "cuda":
+        for segment in torch.cuda.memory_snapshot():
+            sizes += [b["size"] for b in segment.get("blocks", ()) if b.get("state") == "inactive"]
+        held = []
+        for size in sorted(sizes, reverse=True):
+            try:
+                held.append(torch.empty(size, dtype=torch.uint8, device="cuda").fill_(255))
+            except torch.OutOfMemoryError:
+                break
+        torch.cuda.synchronize()
+        del held
+        return
+    # Twice: the first large free raises glibc's mmap threshold, so the second lands on the heap.
+    for _ in range(2):
+        held = [torch.empty(n, dtype=torch.uint8).fill_(255) for n in sizes + [1 << 16, 1 << 20]]
+        del held

@@ -1,0 +1,222 @@
+"""What the harness refuses to run, decided from the candidate's syntax tree in the parent.
+
+Each rule has a name and a one-line reason, and every finding names its line. Names are resolved
+through import aliases and simple assignments (`import torch as T; C = T.cuda; C.Stream()`), and
+through literal getattr/importlib/__import__ calls. A candidate that builds names from strings at run
+time gets past this check by design: the worker's run-time checks and the parent-side comparison are
+the guards for that (tests/adversarial shows one).
+
+Not here on purpose: os.kill, os._exit and sys.exit. Process isolation has to prove itself on those.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+RULES: dict[str, str] = {
+    "ForbiddenImport": "threads, subprocesses, signals, sockets, ctypes and heap walking escape the worker's "
+    "time limit, isolation or checks",
+    "CudaStream": "work on a side stream escapes the harness's synchronisation, so timing and correctness "
+    "would not see it",
+    "MonkeyPatch": "assigning to attributes of torch, triton, time, numpy, builtins, sys, json or the harness "
+    "changes how results are checked or timed",
+    "HarnessImport": "the candidate must not import the harness or the reference problem (Model)",
+    "FrameIntrospection": "reading interpreter frames or the heap reaches the harness's own objects",
+    "DispatchEscape": "turning PyTorch's dispatch modes off hides PyTorch compute from the harness",
+    "ProcessSpawn": "starting processes or new sessions escapes the time limit and process-group kill",
+}
+
+FORBIDDEN_MODULES = {
+    "subprocess", "threading", "multiprocessing", "ctypes", "socket", "signal", "_thread", "concurrent",
+    "asyncio", "gc", "pty", "cffi", "_ctypes",
+}
+PROTECTED_ROOTS = {"torch", "triton", "time", "numpy", "builtins", "evaluation", "sys", "json"}
+STREAM_NAMES = {"Stream", "ExternalStream", "StreamContext", "set_stream", "wait_stream", "record_stream"}
+FRAME_NAMES = {
+    "_getframe", "f_back", "f_locals", "f_globals", "tb_frame", "currentframe", "getouterframes",
+    "get_referrers", "get_referents", "get_objects", "settrace", "setprofile", "_current_frames",
+}
+DISPATCH_NAMES = {
+    "_python_dispatch", "_disable_current_modes", "_pop_mode", "_pop_mode_temporarily",
+    "_DisableTorchDispatch", "DisableTorchFunction", "DisableTorchFunctionSubclass",
+    "_ExcludeDispatchKeyGuard", "_unset_dispatch_mode", "_pop_torch_dispatch_stack",
+    "_len_torch_dispatch_stack", "_get_dispatch_stack_at", "TorchDispatchMode", "_DisablePythonDispatcher",
+}
+SPAWN_NAMES = {
+    "system", "popen", "fork", "forkpty", "posix_spawn", "posix_spawnp", "setsid", "setpgid", "setpgrp",
+    "execv", "execve", "execl", "execle", "execlp", "execlpe", "execvp", "execvpe", "spawnl", "spawnle",
+    "spawnlp", "spawnlpe", "spawnv", "spawnve", "spawnvp", "spawnvpe",
+}
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str
+    line: int
+    detail: str
+
+    def describe(self) -> str:
+        return f"line {self.line}: {self.detail}: {RULES[self.rule]}"
+
+
+@dataclass(frozen=True)
+class StaticReport:
+    syntax_error: str | None
+    has_model_new: bool
+    findings: tuple[Finding, ...]
+
+
+def defines_model_new(tree: ast.Module) -> bool:
+    for node in tree.body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef)) and node.name == "ModelNew":
+            return True
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "ModelNew" for t in node.targets):
+            return True
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and any(
+            (a.asname or a.name) == "ModelNew" for a in node.names
+        ):
+            return True
+    return False
+
+
+class _Checker(ast.NodeVisitor):
+    def __init__(self, problem_module: str | None):
+        self.aliases: dict[str, str] = {}
+        self.findings: list[Finding] = []
+        self.problem_module = problem_module
+
+    def flag(self, rule: str, node: ast.AST, detail: str) -> None:
+        self.findings.append(Finding(rule, getattr(node, "lineno", 0), detail))
+
+    # -- name resolution ------------------------------------------------------------------------
+    def resolve(self, node: ast.AST) -> str | None:
+        """The dotted path an expression names (`T.cuda.Event` -> "torch.cuda.Event"), if known."""
+        if isinstance(node, ast.Name):
+            return self.aliases.get(node.id)
+        if isinstance(node, ast.Attribute):
+            base = self.resolve(node.value)
+            return f"{base}.{node.attr}" if base else None
+        if isinstance(node, ast.Call):
+            func = self.resolve(node.func) or (node.func.id if isinstance(node.func, ast.Name) else None)
+            literal = node.args[0].value if node.args and isinstance(node.args[0], ast.Constant) else None
+            if func in ("importlib.import_module", "__import__") and isinstance(literal, str):
+                return literal
+            if func == "getattr" and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant):
+                base = self.resolve(node.args[0])
+                return f"{base}.{node.args[1].value}" if base else None
+        return None
+
+    def _module_used(self, module: str, node: ast.AST) -> None:
+        top = module.split(".")[0]
+        if top in FORBIDDEN_MODULES:
+            self.flag("ForbiddenImport", node, f"import of {module}")
+        if top == "evaluation" or (self.problem_module and top == self.problem_module):
+            self.flag("HarnessImport", node, f"import of {module}")
+        if "_python_dispatch" in module.split("."):
+            self.flag("DispatchEscape", node, f"import of {module}")
+
+    # -- imports and aliases --------------------------------------------------------------------
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            self._module_used(alias.name, node)
+            if alias.asname:
+                self.aliases[alias.asname] = alias.name
+            else:
+                top = alias.name.split(".")[0]
+                self.aliases[top] = top
+        self.generic_visit(node)
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        module = node.module or ""
+        if node.level == 0:
+            self._module_used(module, node)
+        for alias in node.names:
+            full = f"{module}.{alias.name}" if module else alias.name
+            self.aliases[alias.asname or alias.name] = full
+            if node.level == 0:
+                self._module_used(full, node)
+            self._names(alias.name, full, node)
+            if alias.name == "Model":
+                self.flag("HarnessImport", node, f"import of Model from {module or '.'}")
+        self.generic_visit(node)
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        resolved = self.resolve(node.value)
+        for target in node.targets:
+            if isinstance(target, ast.Name) and resolved:
+                self.aliases[target.id] = resolved
+            self._target(target, node)
+        self.generic_visit(node)
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> None:
+        self._target(node.target, node)
+        self.generic_visit(node)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        self._target(node.target, node)
+        self.generic_visit(node)
+
+    def visit_Delete(self, node: ast.Delete) -> None:
+        for target in node.targets:
+            self._target(target, node)
+        self.generic_visit(node)
+
+    def _target(self, target: ast.AST, node: ast.AST) -> None:
+        if isinstance(target, (ast.Tuple, ast.List)):
+            for elt in target.elts:
+                self._target(elt, node)
+            return
+        if isinstance(target, (ast.Attribute, ast.Subscript)):
+            base = self._protected(target.value)
+            if base:
+                what = f"{base}.{target.attr}" if isinstance(target, ast.Attribute) else f"{base}[...]"
+                self.flag("MonkeyPatch", node, f"assignment to {what}")
+
+    def _protected(self, node: ast.AST) -> str | None:
+        path = self.resolve(node)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "vars" and node.args:
+            path = self.resolve(node.args[0])
+        if path and path.split(".")[0] in PROTECTED_ROOTS:
+            return path
+        return None
+
+    # -- uses -----------------------------------------------------------------------------------
+    def visit_Call(self, node: ast.Call) -> None:
+        name = node.func.id if isinstance(node.func, ast.Name) else None
+        callee = self.resolve(node.func) or name
+        if name in ("setattr", "delattr") and node.args:
+            base = self._protected(node.args[0])
+            if base:
+                self.flag("MonkeyPatch", node, f"{name}() on {base}")
+        literal = node.args[0].value if node.args and isinstance(node.args[0], ast.Constant) else None
+        if callee in ("importlib.import_module", "__import__") and isinstance(literal, str):
+            self._module_used(literal, node)
+        self.generic_visit(node)
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        self._names(node.attr, self.resolve(node), node)
+        self.generic_visit(node)
+
+    def _names(self, name: str, path: str | None, node: ast.AST) -> None:
+        root = path.split(".")[0] if path else None
+        if name in STREAM_NAMES or (name == "stream" and root == "torch"):
+            self.flag("CudaStream", node, f"use of {path or name}")
+        if name in FRAME_NAMES:
+            self.flag("FrameIntrospection", node, f"use of {path or name}")
+        if name in DISPATCH_NAMES:
+            self.flag("DispatchEscape", node, f"use of {path or name}")
+        if name in SPAWN_NAMES and root in ("os", "posix", "pty"):
+            self.flag("ProcessSpawn", node, f"use of {path}")
+
+
+def check_source(source: str, problem_module: str | None = None) -> StaticReport:
+    """Parse and check a candidate. `problem_module` is the reference file's stem (not importable)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        return StaticReport(f"line {exc.lineno}: {exc.msg}", False, ())
+    checker = _Checker(problem_module)
+    checker.visit(tree)
+    unique = {(f.rule, f.line, f.detail): f for f in checker.findings}
+    return StaticReport(None, defines_model_new(tree), tuple(sorted(unique.values(), key=lambda f: f.line)))

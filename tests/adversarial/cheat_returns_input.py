@@ -1,0 +1,31 @@
+"""Launches a kernel that normalizes in place and returns its input as the output."""
+import torch
+import triton
+import triton.language as tl
+from torch import nn
+
+
+@triton.jit
+def _ln_inplace(X, W, B, N, eps, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    mask = cols < N
+    x = tl.load(X + row * N + cols, mask=mask, other=0.0).to(tl.float32)
+    mean = tl.sum(x, axis=0) / N
+    diff = tl.where(mask, x - mean, 0.0)
+    rstd = 1.0 / tl.sqrt(tl.sum(diff * diff, axis=0) / N + eps)
+    w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(B + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(X + row * N + cols, (diff * rstd * w + b).to(X.dtype.element_ty), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(n))
+        self.bias = nn.Parameter(torch.zeros(n))
+
+    def forward(self, x):
+        n = x.shape[-1]
+        _ln_inplace[(x.numel() // n,)](x, self.weight, self.bias, n, 1e-5, BLOCK_N=triton.next_power_of_2(n))
+        return x

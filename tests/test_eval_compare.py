@@ -1,0 +1,88 @@
+"""The parent-side comparison: both the elementwise and the norm test, NaN rules, structure, dtype."""
+
+from __future__ import annotations
+
+import torch
+
+from evaluation.compare import compare
+from evaluation.protocol import package
+from evaluation.records import Tolerance
+
+FP32 = Tolerance(atol=1e-4, rtol=1e-4)
+
+
+def _ref(*shape, scale=1.0):
+    torch.manual_seed(0)
+    return torch.randn(*shape, dtype=torch.float64) * scale
+
+
+def test_exact_float32_rounding_of_the_reference_passes_with_its_errors_reported():
+    ref = _ref(4, 8)
+    result = compare(package(ref.float()), ref, "float32", FP32)
+    assert result.passed and result.mismatch_count == 0 and result.numel == 32
+    assert 0 < result.max_abs_error < 1e-6 and result.output_dtype == "float32" and result.output_shape == (4, 8)
+
+
+def test_zeros_fail_the_norm_test_even_when_a_huge_atol_lets_every_element_through():
+    ref = _ref(64, scale=1e-3)
+    result = compare(package(torch.zeros(64)), ref, "float32", Tolerance(atol=1.0, rtol=1e-4))
+    assert not result.passed and result.kind == "NormError"
+    assert result.message == "relative norm error 1 > rtol 0.0001"
+
+
+def test_first_mismatch_names_its_index_expected_and_actual():
+    ref = _ref(3, 5)
+    out = ref.float().clone()
+    out[1, 2] += 0.5
+    out[2, 4] -= 1.0
+    result = compare(package(out), ref, "float32", FP32)
+    assert not result.passed and result.kind == "ValueMismatch" and result.mismatch_count == 2
+    assert result.first_mismatch.index == (1, 2)
+    assert result.first_mismatch.expected == float(ref[1, 2])
+    assert result.first_mismatch.actual == float(out[1, 2])
+    assert abs(result.max_abs_error - 1.0) < 1e-6
+    assert result.message.startswith("2/15 elements not within 0.0001 + 0.0001*|ref|, first at (1, 2)")
+
+
+def test_nan_where_the_reference_is_finite_fails_but_matching_nan_and_inf_pass():
+    ref = _ref(6)
+    out = ref.float().clone()
+    out[3] = float("nan")
+    bad = compare(package(out), ref, "float32", FP32)
+    assert not bad.passed and bad.kind == "NonFinite" and bad.first_mismatch.index == (3,)
+    ref2 = ref.clone()
+    ref2[1], ref2[2] = float("nan"), float("-inf")
+    out2 = ref2.float()
+    assert compare(package(out2), ref2, "float32", FP32).passed
+
+
+def test_floating_output_must_come_in_the_case_dtype():
+    ref = _ref(4)
+    result = compare(package(ref.float()), ref, "bfloat16", FP32)
+    assert not result.passed and result.kind == "DtypeMismatch"
+    assert result.message == "output dtype float32, expected bfloat16"
+
+
+def test_shape_and_structure_mismatches_are_named():
+    ref = _ref(4, 4)
+    assert compare(package(ref.float()[:, :3]), ref, "float32", FP32).kind == "ShapeMismatch"
+    tuple_out = compare(package((ref.float(), ref.float())), ref, "float32", FP32)
+    assert tuple_out.kind == "StructureMismatch" and "sequence of 2" in tuple_out.message
+    assert compare(package(ref.float()), (ref, ref), "float32", FP32).kind == "StructureMismatch"
+
+
+def test_tuple_outputs_are_compared_item_by_item_and_report_which_output_failed():
+    a, b = _ref(3), _ref(2) * 2
+    out = (a.float(), b.float().clone())
+    out[1][1] += 1.0
+    result = compare(package(out), (a, b), "float32", FP32)
+    assert not result.passed and result.first_mismatch.output_index == 1
+    assert result.message.startswith("output 1: 1/2 elements")
+
+
+def test_integer_outputs_must_match_exactly_and_keep_their_dtype():
+    ref = torch.tensor([3, 1, 4, 1, 5])
+    assert compare(package(ref.clone()), ref, "bfloat16", FP32).passed
+    off = compare(package(ref + torch.tensor([0, 0, 1, 0, 0])), ref, "float32", FP32)
+    assert not off.passed and off.message.startswith("1/5 elements not exactly equal, first at (2,)")
+    assert compare(package(ref.int()), ref, "float32", FP32).kind == "DtypeMismatch"

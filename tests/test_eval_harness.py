@@ -1,0 +1,109 @@
+"""evaluate() end to end on the CPU: real worker processes, Triton kernels under the interpreter."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from evaluation import evaluate, fingerprint, load_problem, remeasure, resolve_device
+from evaluation.errors import DeviceError
+from evaluation.isolation import worker_env
+from evaluation.records import EvalResult, Stage, Status
+
+ROOT = Path(__file__).parent.parent
+SEED = (ROOT / "evaluation" / "seeds" / "layernorm.py").read_text()
+FIXTURES = Path(__file__).parent / "eval_fixtures"
+NOT_MEASURED = "not measured on this device (cpu, Triton interpreter)"
+
+
+def test_layernorm_seed_passes_every_declared_cpu_case_in_fp32_and_bf16():
+    result = evaluate(SEED, "layernorm", device="cpu", seed=42)
+    assert result.status is Status.passed and result.failed_stage is None
+    assert [r.case_id for r in result.shape_results] == [c.case_id for c in load_problem("layernorm").shape_cases]
+    assert {r.dtype for r in result.shape_results} == {"float32", "bfloat16"}
+    assert all(r.passed and r.trials == 3 and r.seeds == (42, 43, 44) for r in result.shape_results)
+    fp32 = [r for r in result.shape_results if r.dtype == "float32"]
+    assert all(r.max_abs_error < 1e-5 for r in fp32)
+    assert result.triton_launches == len(result.shape_results) * 3  # one launch per forward and trial
+    assert [k.name for k in result.kernels] == ["_layernorm_fwd"]
+    assert result.timing == () and result.timing_note == NOT_MEASURED and result.ceiling_gbps is None
+    assert result.seeds == (42, 43, 44) and result.fingerprint == fingerprint("cpu")
+    assert EvalResult.model_validate_json(result.model_dump_json()) == result
+
+
+def test_weights_come_from_the_reference_whatever_order_the_candidate_builds_them():
+    # Creating bias before weight with other init draws different numbers; loading the reference's
+    # state dict makes that irrelevant.
+    reordered = SEED.replace(
+        "        self.weight = nn.Parameter(1.0 + 0.1 * torch.randn(n))\n        self.bias = nn.Parameter(0.1 * torch.randn(n))\n",
+        "        self.bias = nn.Parameter(torch.rand(n))\n        self.weight = nn.Parameter(torch.rand(n))\n",
+    )
+    assert reordered != SEED
+    result = evaluate(reordered, "layernorm", device="cpu", trials=1, overrides={"M": 2})
+    assert result.status is Status.passed, result.message
+
+
+def test_integer_targets_reach_the_candidate_as_int64_on_a_rebound_kernelbench_file():
+    info = load_problem(str(FIXTURES / "pick_logit.py"), "cpu")
+    assert {c.params["classes"] for c in info.shape_cases} >= {1, 97, 1000}
+    source = (FIXTURES / "pick_logit_triton.py").read_text()
+    result = evaluate(source, info, device="cpu", trials=2)
+    assert result.status is Status.passed, result.message
+    assert len(result.shape_results) == len(info.shape_cases)
+
+
+def test_a_secret_in_the_callers_environment_is_invisible_to_the_candidate(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-should-not-leak")
+    monkeypatch.setenv("MY_SERVICE_TOKEN", "t0k3n")
+    monkeypatch.setenv("AWS_REGION", "eu-west-1")
+    monkeypatch.setenv("TRITON_DEBUG_LEVEL", "0")
+    probe = SEED.replace(
+        "    def forward(self, x: torch.Tensor) -> torch.Tensor:\n",
+        "    def forward(self, x: torch.Tensor) -> torch.Tensor:\n"
+        "        import os\n"
+        "        names = ['OPENAI_API_KEY', 'MY_SERVICE_TOKEN', 'AWS_REGION', 'TRITON_DEBUG_LEVEL', 'PATH']\n"
+        "        raise RuntimeError('visible=' + ','.join(n for n in names if n in os.environ))\n",
+    )
+    result = evaluate(probe, "layernorm", device="cpu", trials=1)
+    assert result.status is Status.crashed
+    assert result.message.endswith("RuntimeError: visible=TRITON_DEBUG_LEVEL,PATH")
+
+
+def test_worker_environment_keeps_what_gpu_programs_need_and_drops_secret_names():
+    env = worker_env("cpu", {
+        "PATH": "/bin", "HOME": "/h", "CUDA_VISIBLE_DEVICES": "0", "PYTHONPATH": "/x", "ANTHROPIC_BASE": "u",
+        "GITHUB_TOKEN": "g", "DB_PASSWORD": "p", "HF_TOKEN": "h", "TRITON_AUTH_HEADER": "a", "EDITOR": "vi",
+    })
+    assert {k: env[k] for k in ("PATH", "HOME", "CUDA_VISIBLE_DEVICES", "TRITON_INTERPRET")} == {
+        "PATH": "/bin", "HOME": "/h", "CUDA_VISIBLE_DEVICES": "0", "TRITON_INTERPRET": "1"}
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(ROOT), "/x"]
+    assert not {"ANTHROPIC_BASE", "GITHUB_TOKEN", "DB_PASSWORD", "HF_TOKEN", "TRITON_AUTH_HEADER", "EDITOR"} & set(env)
+    assert "TRITON_INTERPRET" not in worker_env("cuda", {"TRITON_INTERPRET": "1"})
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the behaviour without a GPU")
+def test_asking_for_cuda_without_a_gpu_is_a_device_error():
+    assert resolve_device("auto") == "cpu"
+    with pytest.raises(DeviceError, match="no GPU"):
+        evaluate(SEED, "layernorm", device="cuda")
+    with pytest.raises(DeviceError, match="unknown device 'tpu'"):
+        resolve_device("tpu")
+
+
+def test_remeasure_on_the_cpu_gives_a_note_and_no_numbers():
+    result = remeasure({"seed": SEED, "again": SEED}, "layernorm", device="cpu")
+    assert result.note == NOT_MEASURED
+    assert [(c.name, c.cases, c.error, c.speedup()) for c in result.candidates] == [
+        ("seed", (), None, None), ("again", (), None, None)]
+
+
+def test_a_compile_error_names_the_stage_and_keeps_the_stderr_tail_short():
+    noisy = SEED.replace("import torch\n", "import sys\nimport torch\nsys.stderr.write('x' * 20000)\n", 1)
+    noisy = noisy.replace("BLOCK_N=block", "BLOCK_N=block + 1")
+    result = evaluate(noisy, "layernorm", device="cpu", trials=1)
+    assert (result.status, result.failed_stage) == (Status.compile_error, Stage.compile)
+    assert "power of 2" in result.message
+    assert 0 < len(result.stderr_tail.encode()) <= 4096
