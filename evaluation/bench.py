@@ -103,6 +103,26 @@ def _table(pairs) -> None:
         console.print(f"note: {note}", markup=False, highlight=False)
 
 
+def _write_csv(path: Path, rows: list[dict]) -> None:
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=CSV_FIELDS)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def _evaluate_logged(evaluate, source, info, dev, trials, run):
+    """One evaluation with a progress line on stderr, so a long GPU run shows where it is."""
+    import time
+
+    start = time.perf_counter()
+    result = evaluate(source, info, device=dev, trials=trials, timeout_s=600)
+    speed = result.speedup("eager")
+    speed_text = "" if speed is None else f", x{speed:.2f} vs eager (geomean)"
+    print(f"[bench] {info.name} run {run}: {result.status.value} in {time.perf_counter() - start:.1f} s{speed_text}",
+          file=sys.stderr, flush=True)
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     from evaluation.fingerprint import resolve_device
     from evaluation.harness import evaluate
@@ -126,21 +146,19 @@ def main(argv: list[str] | None = None) -> int:
     pairs, rows = [], []
     for info in problems:
         source = Path(info.seed_path).read_text()
-        runs = [evaluate(source, info, device=dev, trials=args.trials, timeout_s=600)]
+        runs = [_evaluate_logged(evaluate, source, info, dev, args.trials, run=1)]
         if dev != "cpu":
-            runs.append(evaluate(source, info, device=dev, trials=1, timeout_s=600))
+            runs.append(_evaluate_logged(evaluate, source, info, dev, 1, run=2))
         else:
             runs.append(runs[0])
         pairs.append(tuple(runs))
         rows += _rows(runs[0], 1, stamp)
         if runs[1] is not runs[0]:
             rows += _rows(runs[1], 2, stamp)
+        # Written after every problem: a run cut short by a time limit still leaves what it measured.
+        if args.out:
+            _write_csv(args.out, rows)
     _table(pairs)
-    if args.out:
-        with open(args.out, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=CSV_FIELDS)
-            writer.writeheader()
-            writer.writerows(rows)
     return 0 if all(a.passed for a, _ in pairs) else 1
 
 
