@@ -1,0 +1,236 @@
+"""Names engineers use for devices, op families, vendors and dtypes, mapped to one canonical form.
+
+Engineers write "MI300", "Hopper", "sm_90", "LN", "GEMM"; documents list "H100 SXM" and outcomes say
+"NVIDIA H100 80GB HBM3". Retrieval filters and boosts only work if all of them meet on the same
+canonical names, so every comparison in this package goes through `parse_query`/`canonical_devices`.
+
+Patterns are matched case-insensitively at word boundaries, longest first, and each matched span is
+consumed so "log softmax" is not also read as "softmax". "LN" and "CE" are matched only in capitals:
+in lower case they are a logarithm and a syllable far more often than a layer norm or a loss.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable, Optional
+
+from knowledge.records import QueryFacets
+
+_B = r"(?<![a-z0-9])"  # left word boundary that treats "_" and "-" as separators
+_E = r"(?![a-z0-9])"
+
+# (pattern, canonical devices). Order matters only for overlapping spans: specific before generic.
+_DEVICE_PATTERNS: list[tuple[str, tuple[str, ...]]] = [
+    (r"gh200", ("H200", "H100")),
+    (r"gh100|h100(?:[\s-]?(?:sxm5?|pcie|nvl))?", ("H100",)),
+    (r"h200(?:[\s-]?(?:sxm|nvl))?", ("H200",)),
+    (r"hopper", ("H100", "H200")),
+    (r"sm_?90a?", ("H100", "H200")),
+    (r"a100(?:[\s-]?(?:sxm4?|pcie))?", ("A100",)),
+    (r"ampere", ("A100",)),
+    (r"sm_?80", ("A100",)),
+    (r"gb200|b200|b100", ("B200",)),
+    (r"blackwell", ("B200",)),
+    (r"sm_?100a?", ("B200",)),
+    (r"mi300x", ("MI300X",)),
+    (r"mi300a", ("MI300A",)),
+    (r"mi300", ("MI300X", "MI300A")),
+    (r"gfx942|cdna[\s-]?3", ("MI300X", "MI300A")),
+    (r"mi250x?|mi210|gfx90a|cdna[\s-]?2", ("MI250X",)),
+    (r"mtia(?:[\s-]?(?:v[12]|2i|t?[12]))?", ("MTIA",)),
+    (r"epyc|xeon|genoa|sapphire[\s-]rapids|x86(?:[_-]64)?", ("x86 CPU",)),
+]
+
+# Device names that only a device *name* (a fingerprint's, not a question) may resolve: "cpu" in a
+# question is usually about launch overhead, not about running kernels on a CPU.
+_DEVICE_NAME_ONLY: list[tuple[str, tuple[str, ...]]] = [(r"cpu", ("x86 CPU",))]
+
+DEVICE_ARCH: dict[str, str] = {
+    "H100": "sm_90",
+    "H200": "sm_90",
+    "A100": "sm_80",
+    "B200": "sm_100",
+    "MI300X": "gfx942",
+    "MI300A": "gfx942",
+    "MI250X": "gfx90a",
+    "MTIA": "mtia",
+    "x86 CPU": "cpu",
+}
+
+DEVICE_VENDOR: dict[str, str] = {
+    "H100": "nvidia",
+    "H200": "nvidia",
+    "A100": "nvidia",
+    "B200": "nvidia",
+    "MI300X": "amd",
+    "MI300A": "amd",
+    "MI250X": "amd",
+    "MTIA": "meta",
+    "x86 CPU": "generic",
+}
+
+OP_FAMILIES: tuple[str, ...] = (
+    "layernorm",
+    "rmsnorm",
+    "add_rmsnorm",
+    "softmax",
+    "log_softmax",
+    "cross_entropy",
+    "swiglu",
+    "geglu",
+    "row_sum",
+    "matmul_epilogue",
+)
+
+# (pattern, ops, case_sensitive)
+_OP_PATTERNS: list[tuple[str, tuple[str, ...], bool]] = [
+    (r"(?:fused[\s_-]?)?add[\s_+-]*rms[\s_-]?norm|residual[\s_-]*(?:\+|add|and)[\s_-]*rms[\s_-]?norm",
+     ("add_rmsnorm",), False),
+    (r"layer[\s_-]?norm(?:alization)?s?", ("layernorm",), False),
+    (r"LN", ("layernorm",), True),
+    (r"rms[\s_-]?norm(?:alization)?s?|root[\s-]mean[\s-]square[\s-]norm(?:alization)?", ("rmsnorm",), False),
+    (r"log[\s_-]?softmax", ("log_softmax",), False),
+    (r"logsumexp|log[\s-]sum[\s-]exp", ("softmax", "log_softmax", "cross_entropy"), False),
+    (r"softmax(?:es)?", ("softmax",), False),
+    (r"cross[\s_-]?entropy|xent|nll(?:[\s_]?loss)?", ("cross_entropy",), False),
+    (r"CE", ("cross_entropy",), True),
+    (r"swi[\s_-]?glu|silu[\s_-]?gat(?:e|ed|ing)|swish|silu", ("swiglu",), False),
+    (r"ge[\s_-]?glu|gelu", ("geglu",), False),
+    (r"gated[\s-]activations?", ("swiglu", "geglu"), False),
+    (r"row[\s_-]?(?:wise[\s_-])?sums?|reductions?", ("row_sum",), False),
+    (r"mat[\s_-]?muls?|gemms?|linear|matrix[\s-]multipl\w*|tl\.dot", ("matmul_epilogue",), False),
+]
+
+# Ops whose constraints and outcomes also apply to a family (an add+rmsnorm is an rmsnorm too).
+OP_RELATIVES: dict[str, tuple[str, ...]] = {
+    "add_rmsnorm": ("rmsnorm",),
+    "rmsnorm": ("add_rmsnorm",),
+    "log_softmax": ("softmax",),
+    "cross_entropy": ("softmax", "log_softmax"),
+    "softmax": ("log_softmax",),
+    "geglu": ("swiglu",),
+    "swiglu": ("geglu",),
+}
+
+_VENDOR_PATTERNS: list[tuple[str, str]] = [
+    (r"nvidia|cuda|ptx", "nvidia"),
+    (r"amd|rocm|hip|instinct", "amd"),
+    # Plain "meta" is mostly Triton's meta-parameters; only the possessive names the company.
+    (r"meta['’]s|facebook", "meta"),
+    (r"intel", "intel"),
+]
+
+_DTYPE_PATTERNS: list[tuple[str, str]] = [
+    (r"bf16|bfloat16", "bfloat16"),
+    (r"fp16|float16", "float16"),
+    (r"tf32", "tf32"),
+    (r"fp32|float32", "float32"),
+    (r"fp64|float64", "float64"),
+    (r"fp8|float8|e4m3|e5m2", "float8"),
+    (r"nvfp4|mxfp4|fp4", "float4"),
+]
+
+
+def _compile(pattern: str, case_sensitive: bool = False) -> re.Pattern[str]:
+    if case_sensitive:
+        return re.compile(r"(?<![A-Za-z0-9])(?:" + pattern + r")(?![A-Za-z0-9])")
+    return re.compile(_B + "(?:" + pattern + ")" + _E, re.IGNORECASE)
+
+
+_DEVICES = [(_compile(p), d) for p, d in _DEVICE_PATTERNS]
+_DEVICES_NAME_ONLY = [(_compile(p), d) for p, d in _DEVICE_NAME_ONLY]
+_OPS = [(_compile(p, cs), o) for p, o, cs in _OP_PATTERNS]
+_VENDORS = [(_compile(p), v) for p, v in _VENDOR_PATTERNS]
+_DTYPES = [(_compile(p), d) for p, d in _DTYPE_PATTERNS]
+
+
+def _scan(text: str, table: list) -> list:
+    """Values of every pattern that matches, consuming spans so overlaps count once, in table order."""
+    taken: list[tuple[int, int]] = []
+    found: list = []
+    for rx, value in table:
+        for m in rx.finditer(text):
+            if any(m.start() < e and s < m.end() for s, e in taken):
+                continue
+            taken.append((m.start(), m.end()))
+            items = value if isinstance(value, tuple) else (value,)
+            for item in items:
+                if item not in found:
+                    found.append(item)
+    return found
+
+
+def canonical_devices(text: str, extra_names: Iterable[str] = (), *, device_name: bool = False) -> tuple[str, ...]:
+    """Canonical devices named in `text`.
+
+    `extra_names` are device names from ingested documents that the table does not know (a user's
+    "MI355X"): they match literally and stand for themselves. `device_name=True` also reads "cpu",
+    which is right for a fingerprint's device name and wrong for a question.
+    """
+    table = _DEVICES + (_DEVICES_NAME_ONLY if device_name else [])
+    found = _scan(text, table)
+    for name in extra_names:
+        name = name.strip()
+        if not name or canonical_devices_known(name):
+            continue
+        if _compile(re.escape(name)).search(text) and name.upper() not in {f.upper() for f in found}:
+            found.append(name)
+    return tuple(found)
+
+
+def canonical_devices_known(name: str) -> bool:
+    return bool(_scan(name, _DEVICES + _DEVICES_NAME_ONLY))
+
+
+def document_devices(devices: Iterable[str]) -> frozenset[str]:
+    """The canonical devices a document's `devices` list covers, in upper case for comparison."""
+    out: set[str] = set()
+    for d in devices:
+        known = _scan(d, _DEVICES + _DEVICES_NAME_ONLY)
+        out.update(x.upper() for x in (known or [d.strip()]) if x)
+    return frozenset(out)
+
+
+def canonical_ops(text: str) -> tuple[str, ...]:
+    """Op families named in `text` (the patterns also match the canonical names, "matmul_epilogue")."""
+    return tuple(_scan(text, _OPS))
+
+
+def normalize_op(op: str) -> str:
+    """One canonical family for a user's --op value, or the value itself lowercased if unknown."""
+    ops = canonical_ops(op)
+    return ops[0] if ops else op.strip().lower()
+
+
+def op_with_relatives(op: str) -> tuple[str, ...]:
+    return (op,) + OP_RELATIVES.get(op, ())
+
+
+def document_ops(op_families: Iterable[str]) -> frozenset[str]:
+    out: set[str] = set()
+    for op in op_families:
+        out.update(canonical_ops(op) or (op.strip().lower(),))
+    return frozenset(out)
+
+
+def vendor_of_arch(arch: str) -> Optional[str]:
+    arch = arch.lower()
+    if arch.startswith("sm_") or arch.startswith("sm"):
+        return "nvidia"
+    if arch.startswith("gfx"):
+        return "amd"
+    if arch.startswith("mtia"):
+        return "meta"
+    return None
+
+
+def parse_query(question: str, *, extra_devices: Iterable[str] = ()) -> QueryFacets:
+    """What a question says about devices, ops, vendors and dtypes (each canonical, in order seen)."""
+    devices = canonical_devices(question, extra_devices)
+    return QueryFacets(
+        devices=devices,
+        ops=canonical_ops(question),
+        vendors=tuple(_scan(question, _VENDORS)),
+        dtypes=tuple(_scan(question, _DTYPES)),
+        archs=tuple(dict.fromkeys(DEVICE_ARCH[d] for d in devices if d in DEVICE_ARCH)),
+    )
