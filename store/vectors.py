@@ -28,7 +28,7 @@ from chromadb.api.types import Documents, EmbeddingFunction, Embeddings
 from chromadb.config import Settings
 from chromadb.utils.embedding_functions import register_embedding_function
 
-from store.embeddings import MODEL_DIM, MODEL_NAME, Embedder
+from store.embeddings import MODEL_DIM, Embedder
 from store.errors import StoreError, VectorIndexError, one_line
 
 COLLECTIONS = ("chunks", "outcomes", "failures")
@@ -56,7 +56,7 @@ class KscoutMiniLM(EmbeddingFunction[Documents]):
         return "kscout-minilm-l6-v2"
 
     def get_config(self) -> dict[str, Any]:
-        return {"model": MODEL_NAME}
+        return {"model": Embedder.model_name}
 
     @staticmethod
     def build_from_config(config: dict[str, Any]) -> "KscoutMiniLM":
@@ -165,7 +165,7 @@ class VectorIndex:
                 f"kscout_{self.prefix}_{name}",
                 embedding_function=KscoutMiniLM(),
                 configuration={"hnsw": {"space": "cosine"}},
-                metadata={"model": MODEL_NAME, "dim": MODEL_DIM},
+                metadata={"model": Embedder.model_name, "dim": MODEL_DIM},
             )
         return known[name]
 

@@ -53,7 +53,7 @@ def test_embedding_the_same_text_twice_calls_the_model_once(tmp_path):
         assert (store.embedder.model_calls, store.embedder.texts_encoded) == (2, 3)
         rows = store.db.query("SELECT model, dim FROM embeddings")
     assert len(rows) == 3
-    assert {(r["model"], r["dim"]) for r in rows} == {("sentence-transformers/all-MiniLM-L6-v2", 384)}
+    assert {(r["model"], r["dim"]) for r in rows} == {("sentence-transformers/all-MiniLM-L6-v2@128", 384)}
     assert abs(_dot(first[0], first[0]) - 1.0) < 1e-5  # unit length: cosine = dot
 
     with Store.open(home) as later:  # a new process would start here: the cache is in the file
