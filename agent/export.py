@@ -22,14 +22,9 @@ from typing import Any, Optional
 
 import jinja2
 
-from agent.lifecycle import (
-    DeployedEntry,
-    LifecycleError,
-    PromotionEvidence,
-    current_problem,
-    deployed_entries,
-    problem_device,
-)
+from agent.evidence import PromotionEvidence, problem_device
+from agent.gate import LifecycleError, current_problem
+from agent.registry import DeployedEntry, deployed_entries
 from evaluation.records import ProblemInfo
 
 _PROBES = ((101, 103, 107, 109, 113, 127, 131, 137), (139, 149, 151, 157, 163, 167, 173, 179))

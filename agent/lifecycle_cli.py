@@ -43,7 +43,7 @@ def promote_cmd(
     as_json: bool = JsonOpt,
 ) -> None:
     """Deploy a candidate for its (op, device arch), if its evidence is complete."""
-    from agent.lifecycle import promote
+    from agent.registry import promote
 
     with _open(store_dir) as store:
         approved, deployed = promote(store, candidate, approved_by=approved_by, note=note, arch=device)
@@ -66,7 +66,8 @@ def deployed_cmd(
 ) -> None:
     """What is live per (op, device arch), since when, approved by whom, and how fresh its evidence is."""
     import evaluation
-    from agent.lifecycle import deployed_entries, freshness
+    from agent.registry import deployed_entries
+    from agent.revalidate import freshness
 
     current = evaluation.fingerprint()
     with _open(store_dir) as store:
@@ -133,7 +134,7 @@ def rollback_cmd(
     as_json: bool = JsonOpt,
 ) -> None:
     """Return at once to the previous known-good kernel (or the reference)."""
-    from agent.lifecycle import rollback
+    from agent.registry import rollback
 
     with _open(store_dir) as store:
         event = rollback(store, op, device, by=by, reason=reason)
@@ -151,7 +152,7 @@ def history_cmd(
     as_json: bool = JsonOpt,
 ) -> None:
     """The append-only promotion history of one (op, device arch)."""
-    from agent.lifecycle import history
+    from agent.registry import history
 
     with _open(store_dir) as store:
         events = history(store, op, device)
@@ -183,7 +184,7 @@ def revalidate_cmd(
     as_json: bool = JsonOpt,
 ) -> None:
     """Re-run correctness and timing of deployed kernels here; exit 1 when one failed or regressed."""
-    from agent.lifecycle import revalidate
+    from agent.revalidate import revalidate
 
     with _open(store_dir) as store:
         outcomes = revalidate(store, arch=device, rollback_on_fail=rollback_on_fail, by=by)

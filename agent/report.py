@@ -14,7 +14,7 @@ from typing import Optional
 import jinja2
 from pydantic import BaseModel, ConfigDict
 
-from agent.lifecycle import CaseSpeedup, aggregate_speedup
+from agent.evidence import CaseSpeedup, aggregate_speedup
 from evaluation.errors import KscoutError
 from evaluation.records import EvalResult, Fingerprint
 from store.records import CandidateRecord, RunRecord

@@ -8,7 +8,9 @@ import pytest
 
 import evaluation
 from agent.cli import main
-from agent.lifecycle import PromotionEvidence, PromotionRefused, promote
+from agent.evidence import PromotionEvidence
+from agent.gate import PromotionRefused
+from agent.registry import promote
 from evaluation.records import Status
 from store import Store
 from store.records import PromotionState

@@ -9,16 +9,10 @@ import pytest
 
 import evaluation
 from agent.cli import main
-from agent.lifecycle import (
-    FlagNote,
-    LifecycleError,
-    PromotionEvidence,
-    deployed_entries,
-    flag,
-    freshness,
-    promote,
-    rollback,
-)
+from agent.evidence import PromotionEvidence
+from agent.gate import LifecycleError
+from agent.registry import FlagNote, deployed_entries, flag, promote, rollback
+from agent.revalidate import freshness
 from store import Store
 from store.records import PromotionState
 from test_lifecycle_support import gpu_candidate, gpu_fp, result, variant

@@ -12,12 +12,7 @@ import uuid
 from pathlib import Path
 from typing import Optional
 
-from agent.lifecycle import (
-    Assumptions,
-    PromotionEvidence,
-    op_key,
-    proven_ranges,
-)
+from agent.evidence import Assumptions, PromotionEvidence, op_key, proven_ranges
 from evaluation.records import (
     Baseline,
     EvalResult,
