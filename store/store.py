@@ -17,7 +17,7 @@ import duckdb
 from store import rows as R
 from store.db import DEFAULT_LOCK_TIMEOUT_S, Database, fetch_dicts
 from store.documents import DocumentsMixin, chunk_embedding_text, chunk_metadata
-from store.embeddings import EmbeddingCache, Embedder
+from store.embeddings import Embedded, EmbeddingCache, Embedder
 from store.errors import StoreError, VectorIndexError, one_line
 from store.failures import embedding_text
 from store.home import CHROMA_DIRNAME, DB_FILENAME, LOCK_FILENAME, TOKEN_FILENAME, default_home
@@ -38,6 +38,12 @@ class Store(RunsMixin, LearnedMixin, DocumentsMixin):
         self._cache = EmbeddingCache(db, embedder)
         self._vectors: Any = None
         self._closed = False
+        # KSCOUT_VECTORS=off: a machine without Chroma or the embedding model (a GPU worker of a fleet)
+        # keeps every DuckDB row and skips the vectors; retrieval falls back to SQL filters and BM25,
+        # and `kscout reindex` on a full install adds the vectors later.
+        self.vectors_enabled = os.environ.get("KSCOUT_VECTORS", "on").strip().lower() not in ("off", "0", "no")
+        if not self.vectors_enabled:
+            self._cache = _NoVectors(db, embedder)
 
     @classmethod
     def open(
@@ -129,12 +135,16 @@ class Store(RunsMixin, LearnedMixin, DocumentsMixin):
         return self._vectors
 
     def _vector_write(self, collection: str, ids, vectors, metadatas) -> None:
+        if not self.vectors_enabled:
+            return
         try:
             self._index().upsert(collection, ids, vectors, metadatas)
         except VectorIndexError as exc:
             raise VectorIndexError(f"{exc} (rows are saved; `kscout reindex` restores the vectors)") from exc
 
     def _vector_delete(self, collection: str, ids) -> None:
+        if not self.vectors_enabled:
+            return
         try:
             self._index().delete(collection, ids)
         except VectorIndexError as exc:
@@ -147,12 +157,16 @@ class Store(RunsMixin, LearnedMixin, DocumentsMixin):
         """DuckDB ids with cosine distances (0 = same direction), nearest first."""
         if k <= 0:
             raise StoreError(f"k must be positive, got {k}")
+        if not self.vectors_enabled:
+            return []
         index = self._index()
         vector = self._cache.embed_query(query)
         with self.db.exclusive():  # Chroma's files, not DuckDB's: no connection needed
             return index.query(collection, vector, k, where)
 
     def vector_count(self, collection: str) -> int:
+        if not self.vectors_enabled:
+            return 0
         index = self._index()
         with self.db.exclusive():
             return index.count(collection)
@@ -163,6 +177,8 @@ class Store(RunsMixin, LearnedMixin, DocumentsMixin):
         Texts without a cached vector (a cache emptied by hand, a new model) are embedded first,
         outside the lock; the rebuild itself runs in one critical section so no write interleaves.
         """
+        if not self.vectors_enabled:
+            raise StoreError("vectors are off here (KSCOUT_VECTORS=off): reindex on a machine that has them")
         texts = [t for items in self._vector_sources().values() for _, t, _ in items]
         self.embed(texts)
         index = self._index()
@@ -208,3 +224,13 @@ class Store(RunsMixin, LearnedMixin, DocumentsMixin):
                 for p in failures
             ],
         }
+
+
+class _NoVectors(EmbeddingCache):
+    """The embeddings cache when vectors are off: nothing is embedded, nothing is cached."""
+
+    def prepare(self, texts: Sequence[str]) -> Embedded:
+        return Embedded([], [])
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        raise StoreError("vectors are off here (KSCOUT_VECTORS=off): no embeddings")
