@@ -66,6 +66,12 @@ class SessionConfig(_Frozen):
     llm_backoff_s: float = 2.0
     remeasure_top: int = 3
     remeasure_rounds: int = 5
+    time_cases: tuple[str, ...] = ()  # case ids timed instead of the problem's declared "timed" cases
+
+    def load_problem(self, device_kind: str) -> ProblemInfo:
+        import evaluation
+
+        return evaluation.load_problem(self.problem, device=device_kind, timed=list(self.time_cases) or None)
 
     def check(self) -> "SessionConfig":
         if self.budget < 1:
@@ -412,7 +418,7 @@ def start(config: SessionConfig, store, *, on_event: Optional[OnEvent] = None, p
     import evaluation
 
     config.check()
-    problem = evaluation.load_problem(config.problem, device=evaluation.resolve_device(config.device))
+    problem = config.load_problem(evaluation.resolve_device(config.device))
     fp = evaluation.fingerprint(evaluation.resolve_device(config.device))
     env_id = store.record_environment(fp)
     store.record_problem(problem)
@@ -439,7 +445,7 @@ def resume(run_id: str, store, *, on_event: Optional[OnEvent] = None, proposer=N
     if fp.key() != run.env_id:
         raise SessionError(f"run {run.run_id} ran on environment {run.env_id}, this is {fp.key()} "
                            f"({fp.device_name}); resume it where it started")
-    problem = evaluation.load_problem(config.problem, device=fp.device_kind)
+    problem = config.load_problem(fp.device_kind)
     if problem.problem_id != run.problem_id:
         raise SessionError(f"problem {config.problem!r} changed since run {run.run_id} started "
                            f"({run.problem_id} -> {problem.problem_id})")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 from rich.console import Console
@@ -130,6 +130,8 @@ def register(app: typer.Typer) -> None:
         batch: int = typer.Option(1, help="candidates per step"),
         workers: int = typer.Option(1, help="evaluations in parallel"),
         trials: int = typer.Option(2, help="correctness trials per shape"),
+        time_case: Optional[List[str]] = typer.Option(
+            None, "--time-case", help="time only this case id, e.g. 'M=4096,N=4096|bfloat16' (repeatable)"),
         store: Optional[Path] = typer.Option(None, help="store folder (default $KSCOUT_HOME)"),
         as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
     ):
@@ -141,7 +143,7 @@ def register(app: typer.Typer) -> None:
         config = SessionConfig(problem=problem, device=device, proposer=proposer, model=model, api_base=api_base,
                                budget=budget, minutes=minutes, target_speedup=target_speedup, stall=stall,
                                seed=seed, max_cost_usd=max_cost, batch=batch, workers=workers,
-                               trials=trials).check()
+                               trials=trials, time_cases=tuple(time_case or ())).check()
         err = Console(stderr=True)
         with _open_store(store) as st, _ProgressView(err) as view:
             run_id = start(config, st, on_event=view)

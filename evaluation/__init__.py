@@ -2,8 +2,9 @@
 
 Public API (everything else is internal):
 
-    load_problem(spec, device="cpu", overrides=None) -> ProblemInfo
-        spec: a built-in name ("layernorm") or a path to a KernelBench-style file.
+    load_problem(spec, device="cpu", overrides=None, timed=None) -> ProblemInfo
+        spec: a built-in name ("layernorm") or a path to a KernelBench-style file; timed: case ids
+        ("M=4096,N=4096|bfloat16") that become the only cases tagged "timed" (ProblemError if unknown).
     list_problems(device="cpu") -> list[ProblemInfo]       the built-in problems
     evaluate(source, problem, *, device="auto", timeout_s=120.0, trials=3, time_it=True,
              overrides=None, seed=None) -> EvalResult

@@ -108,6 +108,8 @@ def register(app: typer.Typer) -> None:
         sets: Optional[List[str]] = typer.Option(None, "--set", help="pin a size constant: NAME=VALUE"),
         timeout: float = typer.Option(120.0, "--timeout", help="wall-clock limit per worker, seconds"),
         trials: int = typer.Option(3, "--trials", min=1, help="fresh random inputs per case"),
+        time_cases: Optional[List[str]] = typer.Option(
+            None, "--time-case", help="time only this case id, e.g. 'M=4096,N=4096|bfloat16' (repeatable)"),
         as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
     ) -> None:
         """Evaluate a candidate kernel: static check, compile, correctness on every case, timing."""
@@ -118,7 +120,7 @@ def register(app: typer.Typer) -> None:
         overrides = parse_sets(sets)
         source = read_candidate(candidate)
         dev = resolve_device(device)
-        info = load_problem(problem, dev, overrides)
+        info = load_problem(problem, dev, overrides, timed=time_cases)
         result = evaluate(source, info, device=dev, timeout_s=timeout, trials=trials)
         if as_json:
             typer.echo(result.model_dump_json())

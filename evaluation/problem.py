@@ -184,7 +184,27 @@ def _declared_cases(module, device_kind: str, overrides: dict[str, int]) -> list
     return cases
 
 
-def load_problem(spec: str, device: str = "cpu", overrides: dict[str, int] | None = None) -> ProblemInfo:
+def _select_timed(cases: list[ShapeCase], timed: list[str] | tuple[str, ...]) -> list[ShapeCase]:
+    """Only the named cases keep (or gain) the "timed" tag; every other tag stays as declared.
+
+    The tags are part of the problem id, so a search timed on one case never reuses an evaluation
+    that was timed on another."""
+    wanted = list(dict.fromkeys(timed))
+    valid = [c.case_id for c in cases]
+    unknown = [w for w in wanted if w not in valid]
+    if unknown:
+        raise ProblemError(f"unknown case id {', '.join(map(repr, unknown))} for --time-case; "
+                           f"valid ids: {', '.join(valid)}")
+    out = []
+    for c in cases:
+        tags = tuple(t for t in c.tags if t != "timed") + (("timed",) if c.case_id in wanted else ())
+        out.append(c.model_copy(update={"tags": tags}))
+    return out
+
+
+def load_problem(spec: str, device: str = "cpu", overrides: dict[str, int] | None = None,
+                 timed: list[str] | tuple[str, ...] | None = None) -> ProblemInfo:
+    """`timed`: case ids (ShapeCase.case_id) that become the only cases timed; None keeps the declared tags."""
     from evaluation import shapes
     from evaluation.fingerprint import resolve_device
 
@@ -209,6 +229,8 @@ def load_problem(spec: str, device: str = "cpu", overrides: dict[str, int] | Non
         for params, tags in shape_params
         for dtype in dtypes
     ]
+    if timed:
+        cases = _select_timed(cases, timed)
     seed = SEEDS_DIR / f"{path.stem}.py" if builtin else None
     doc = (getattr(module, "DESCRIPTION", None) or (ast.get_docstring(tree) or "").split("\n")[0]).strip()
     return ProblemInfo(

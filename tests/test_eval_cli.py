@@ -39,6 +39,17 @@ def test_eval_json_prints_one_object_and_exits_0_when_the_candidate_passes(capsy
     assert result["fingerprint"]["device_kind"] == "cpu"
 
 
+def test_eval_time_case_reaches_the_problem_the_candidate_is_judged_against(capsys):
+    from evaluation import load_problem
+
+    code, out, err = _kscout(["eval", str(SEED), "--problem", "layernorm", "--device", "cpu", "--trials", "1",
+                              "--set", "M=2", "--time-case", "M=2,N=97|bfloat16", "--json"], capsys)
+    assert code == 0, err
+    result = json.loads(out)
+    picked = load_problem("layernorm", "cpu", {"M": 2}, timed=["M=2,N=97|bfloat16"])
+    assert result["problem_id"] == picked.problem_id != load_problem("layernorm", "cpu", {"M": 2}).problem_id
+
+
 def test_eval_exits_1_with_a_table_and_status_line_when_the_candidate_fails(capsys):
     code, out, _ = _kscout(["eval", str(CHEATS / "cheat_no_triton.py"), "-p", "layernorm", "--device", "cpu"], capsys)
     assert code == 1
@@ -62,6 +73,8 @@ def test_eval_json_of_a_failing_candidate_still_prints_exactly_one_object(capsys
         (["eval", str(SEED), "-p", "layernorm", "--set", "N=big"], "'big' is not an integer"),
         (["eval", str(SEED), "-p", "layernorm", "--set", "K=4"], "unknown constant 'K'"),
         (["eval", str(SEED), "-p", "layernorm", "--device", "tpu"], "unknown device 'tpu'"),
+        (["eval", str(SEED), "-p", "layernorm", "--device", "cpu", "--time-case", "M=9,N=9|float32"],
+         "unknown case id 'M=9,N=9|float32' for --time-case; valid ids: M=8,N=256|float32"),
     ],
 )
 def test_bad_input_exits_2_with_one_line_and_no_traceback(argv, needle, capsys):

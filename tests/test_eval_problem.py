@@ -164,3 +164,35 @@ def test_tolerances_declared_in_the_problem_override_the_defaults(tmp_path):
     problem.write_text(problem.read_text() + "\nTOLERANCES = {'float32': (1e-3, 2e-3)}\n")
     tol = load_problem(str(problem)).tolerances["float32"]
     assert (tol.atol, tol.rtol) == (1e-3, 2e-3)
+
+
+def test_time_case_selection_makes_only_the_named_cases_timed_and_keeps_other_tags():
+    from evaluation.harness import timed_cases
+
+    declared = load_problem("layernorm", "cuda")
+    picked = load_problem("layernorm", "cuda", timed=["M=16384,N=2048|bfloat16"])
+    tags = {c.case_id: c.tags for c in picked.shape_cases}
+    assert [c.case_id for _, c in timed_cases(picked)] == ["M=16384,N=2048|bfloat16"]
+    assert tags["M=16384,N=2048|bfloat16"] == ("representative", "timed")
+    assert tags["M=16384,N=2048|float32"] == ("representative",)
+    assert tags["M=8192,N=8192|bfloat16"] == ("largest",)
+    assert tags["M=1,N=4096|bfloat16"] == ("edge",)  # untouched
+    assert [c.case_id for c in picked.shape_cases] == [c.case_id for c in declared.shape_cases]
+    # a CPU case with no "timed" tag gains it
+    cpu = load_problem("layernorm", "cpu", timed=["M=7,N=97|float32"])
+    assert {c.case_id: c.tags for c in cpu.shape_cases}["M=7,N=97|float32"] == ("edge", "timed")
+
+
+def test_the_timed_selection_is_part_of_the_problem_identity():
+    one = load_problem("layernorm", "cuda", timed=["M=4096,N=4096|bfloat16"])
+    assert one.problem_id == load_problem("layernorm", "cuda", timed=["M=4096,N=4096|bfloat16"]).problem_id
+    two = load_problem("layernorm", "cuda", timed=["M=4096,N=4096|float32"])
+    assert len({one.problem_id, two.problem_id, load_problem("layernorm", "cuda").problem_id}) == 3
+
+
+def test_an_unknown_time_case_is_refused_with_the_valid_ids():
+    with pytest.raises(ProblemError) as err:
+        load_problem("layernorm", "cpu", timed=["M=4096,N=4096|bfloat16"])
+    msg = str(err.value)
+    assert "unknown case id 'M=4096,N=4096|bfloat16'" in msg
+    assert "valid ids: M=8,N=256|float32, M=8,N=256|bfloat16" in msg

@@ -239,3 +239,44 @@ def test_backfill_redoes_outcomes_and_failures_lost_between_two_writes(home):
         failures = [f for f in st.failure_patterns(op_family="layernorm", arch="cpu") if f.error_class == "SIGSEGV"]
     assert [(o.status, o.evidence_eval_ids) for o in outcomes] == [("crashed", (eval_id,))]
     assert [(f.count, f.stage, f.example_candidate_id) for f in failures] == [(1, "correctness", cid)]
+
+
+class _Interrupt(Exception):
+    pass
+
+
+def test_time_case_is_stored_with_the_run_and_resume_times_the_same_case(home, capsys):
+    from agent.cli import main
+
+    case = "M=7,N=97|bfloat16"
+    picked = evaluation.load_problem("layernorm", device="cpu", timed=[case])
+    main(["optimize", "layernorm", "--device", "cpu", "--budget", "1", "--trials", "1", "--time-case", case,
+          "--store", str(home), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert out["problem_id"] == picked.problem_id != evaluation.load_problem("layernorm", device="cpu").problem_id
+
+    def stop_after_first(e):  # a crash after the first evaluation landed: the run stays unfinished
+        if e.kind == "evaluated":
+            raise _Interrupt
+
+    with Store.open(home) as st:
+        assert SessionConfig.model_validate_json(st.get_run(out["run_id"]).config_json).time_cases == (case,)
+        with pytest.raises(_Interrupt):
+            start(SessionConfig(problem="layernorm", device="cpu", budget=2, trials=1, time_cases=(case,)), st,
+                  on_event=stop_after_first)
+        run_id = st.list_runs(limit=1)[0].run_id
+        assert st.get_run(run_id).status is RunStatus.running
+        resume(run_id, st)  # would refuse if it loaded the problem with the declared timed cases
+        run = st.get_run(run_id)
+    assert run.problem_id == picked.problem_id and run.status is RunStatus.finished
+
+
+def test_an_unknown_time_case_stops_optimize_before_any_run(tmp_path, capsys):
+    from agent.cli import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["optimize", "layernorm", "--device", "cpu", "--time-case", "M=1|float32", "--store", str(tmp_path)])
+    assert done.value.code == 2
+    assert "unknown case id 'M=1|float32' for --time-case" in capsys.readouterr().err
+    with Store.open(tmp_path) as st:
+        assert st.list_runs() == []

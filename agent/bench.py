@@ -1,0 +1,215 @@
+"""Search benchmark: one template-proposer search per problem, timed on one LLM-sized case.
+
+    python -m agent.bench --problems layernorm,rmsnorm,softmax,cross_entropy,swiglu --budget 60 \
+        --dtype bfloat16 [--case-layernorm 'M=4096,N=4096'] [--device auto] --out DIR
+
+Timing every declared case in both dtypes makes a 60-evaluation search too slow, so each search times a
+single case (`--time-case`); correctness is still proven on the full shape/dtype set. The case is the
+first one tagged "representative" and "timed" in --dtype (on the CPU: the first CPU case in --dtype),
+or the one given by --case-PROBLEM.
+
+Where each number comes from (the `source` column says which applied):
+  - p50, GB/s, % of ceiling, x eager: the best's interleaved re-measure ("remeasure"), else its search
+    evaluation ("search"); GB/s uses the search evaluation's byte model and copy ceiling.
+  - x torch.compile: the best's search evaluation (the re-measure times eager only).
+  - x seed: seed p50 / best p50 from the same re-measure when both were re-measured; otherwise the
+    ratio of their eager speedups from their own search evaluations (eager-normalized).
+  - evaluations to within 5%: the 1-based position in search order of the first evaluation whose
+    eager speedup is >= 0.95 x the best's search-evaluation eager speedup.
+On the CPU nothing is timed and every speed column says "not measured".
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+from evaluation.errors import KscoutError, ProblemError
+
+NOT_MEASURED = "not measured"
+CSV_FIELDS = ("problem", "case", "dtype", "device", "run_id", "evaluations", "best_candidate", "best_p50_ms",
+              "gbps", "pct_of_copy_ceiling", "speedup_vs_eager", "speedup_vs_torch_compile", "speedup_vs_seed",
+              "evals_to_within_5pct", "timing_source", "seed_source")
+
+
+def pick_case(problem: str, device_kind: str, dtype: str, choice: Optional[str] = None) -> str:
+    """The case id timed for `problem`; `choice` is a case id or its params part ("M=4096,N=4096")."""
+    import evaluation
+
+    info = evaluation.load_problem(problem, device=device_kind)
+    ids = [c.case_id for c in info.shape_cases if c.dtype == dtype]
+    if not ids:
+        raise ProblemError(f"{problem} declares no {dtype} cases (its dtypes: {', '.join(info.dtypes)})")
+    if choice:
+        wanted = choice if "|" in choice else f"{choice}|{dtype}"
+        if wanted not in ids:
+            raise ProblemError(f"unknown case {choice!r} for {problem}; valid {dtype} ids: {', '.join(ids)}")
+        return wanted
+    if device_kind == "cpu":
+        return ids[0]
+    for c in info.shape_cases:
+        if c.dtype == dtype and {"representative", "timed"} <= set(c.tags):
+            return c.case_id
+    return ids[0]
+
+
+def _p50(result, case_id: str) -> Optional[float]:
+    t = next((t for t in result.timing if t.case_id == case_id), None) if result else None
+    return t.candidate.latency_ms_p50 if t else None
+
+
+def _ratio(result, baseline: str) -> Optional[float]:
+    from agent.stopping import measured_speedup
+
+    m = measured_speedup(result, baseline) if result else None
+    return m.ratio if m else None
+
+
+def summarize_run(store, run_id: str, case_id: str) -> dict:
+    """One table row from what the session stored (search evaluations, the re-measure, the run)."""
+    from agent.session import SEED_PROPOSER
+
+    run = store.get_run(run_id)
+    search = [(cid, r) for _, _, cid, r in store.evaluations(run_id=run_id, kind="search")]
+    by_cid = dict(search)
+    remeasured = {cid: r for _, _, cid, r in store.evaluations(run_id=run_id, kind="remeasure")}
+    seed = next((c.candidate_id for c in store.candidates(run_id) if c.proposer == SEED_PROPOSER), None)
+    best = run.best_candidate_id
+    row = dict(problem=run.problem_name, case=case_id.split("|")[0], dtype=case_id.split("|")[1],
+               device=run.arch, run_id=run_id, evaluations=len(search), best_candidate=best[:12] if best else "none")
+    speed_cols = ("best_p50_ms", "gbps", "pct_of_copy_ceiling", "speedup_vs_eager", "speedup_vs_torch_compile",
+                  "speedup_vs_seed", "evals_to_within_5pct", "timing_source", "seed_source")
+    if not any(r.timing for _, r in search):
+        return dict(row, **{k: NOT_MEASURED for k in speed_cols})
+    row.update({k: "-" for k in speed_cols})
+    if best is None or best not in by_cid:
+        return row
+    searched, again = by_cid[best], remeasured.get(best)
+    final = again if again is not None and _p50(again, case_id) is not None else searched
+    p50 = _p50(final, case_id)
+    t = next((t for t in searched.timing if t.case_id == case_id), None)
+    gbps = t.bytes_moved / (p50 * 1e-3) / 1e9 if t and t.bytes_moved and p50 else None
+    ceiling = searched.ceiling_gbps
+    vs_seed, seed_source = None, "-"
+    if seed == best:
+        vs_seed, seed_source = 1.0, "best is the seed"
+    elif seed in remeasured and final is again and _p50(remeasured[seed], case_id) and p50:
+        vs_seed, seed_source = _p50(remeasured[seed], case_id) / p50, "remeasure (same process)"
+    elif seed in by_cid and _ratio(by_cid[seed], "eager") and _ratio(searched, "eager"):
+        vs_seed = _ratio(searched, "eager") / _ratio(by_cid[seed], "eager")
+        seed_source = "search evaluations (eager-normalized)"
+    target = _ratio(searched, "eager")
+    within = next((i for i, (_, r) in enumerate(search, 1)
+                   if target and (s := _ratio(r, "eager")) and s >= 0.95 * target), None)
+    row.update(
+        best_p50_ms=p50, gbps=gbps, pct_of_copy_ceiling=100.0 * gbps / ceiling if gbps and ceiling else None,
+        speedup_vs_eager=_ratio(final, "eager"), speedup_vs_torch_compile=_ratio(searched, "torch_compile"),
+        speedup_vs_seed=vs_seed, evals_to_within_5pct=within,
+        timing_source="remeasure" if final is again else "search", seed_source=seed_source,
+    )
+    return {k: ("-" if v is None else v) for k, v in row.items()}
+
+
+def _cell(value) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _write_csv(path: Path, rows: list[dict]) -> None:
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=CSV_FIELDS)
+        writer.writeheader()
+        writer.writerows(rows)
+    tmp.replace(path)
+
+
+def _print_table(rows: list[dict]) -> None:
+    from rich.table import Table
+
+    from evaluation.cli import make_console
+
+    table = Table(title="search benchmark (one timed case per problem)")
+    cols = ("problem", "case", "dtype", "best_candidate", "best_p50_ms", "gbps", "pct_of_copy_ceiling",
+            "speedup_vs_eager", "speedup_vs_torch_compile", "speedup_vs_seed", "evals_to_within_5pct")
+    heads = ("problem", "case", "dtype", "best", "p50 ms", "GB/s", "% copy", "x eager", "x compile", "x seed",
+             "evals to 5%")
+    for h in heads:
+        table.add_column(h)
+    for r in rows:
+        table.add_row(*(_cell(r[c]) for c in cols))
+    console = make_console()
+    console.print(table)
+    console.print("x eager / p50 / GB/s: the best's interleaved re-measure where there is one (column timing_source "
+                  "in the CSV); x compile: its search evaluation; x seed: see seed_source", markup=False,
+                  highlight=False, soft_wrap=True)
+
+
+def run_bench(problems: list[str], *, budget: int, dtype: str, device: str, out: Path,
+              cases: dict[str, str], trials: int = 2, seed: int = 0, store_dir: Optional[Path] = None) -> list[dict]:
+    import evaluation
+    from agent.session import SessionConfig, start
+    from store import Store
+
+    device_kind = evaluation.resolve_device(device)
+    chosen = {p: pick_case(p, device_kind, dtype, cases.get(p)) for p in problems}  # bad input fails first
+    out.mkdir(parents=True, exist_ok=True)
+    # A fresh store by default, so no evaluation is reused from an earlier invocation.
+    home = store_dir or Path(tempfile.mkdtemp(prefix="store-", dir=out))
+    csv_path = out / "bench_search.csv"
+    rows: list[dict] = []
+    with Store.open(home) as store:
+        for i, problem in enumerate(problems, 1):
+            config = SessionConfig(problem=problem, device=device_kind, proposer="template", budget=budget,
+                                   stall=None, seed=seed, trials=trials, time_cases=(chosen[problem],))
+            run_id = start(config, store)
+            rows.append(summarize_run(store, run_id, chosen[problem]))
+            _write_csv(csv_path, rows)
+            r = rows[-1]
+            print(f"[{i}/{len(problems)}] {problem} {chosen[problem]}: best {r['best_candidate']}, "
+                  f"x eager {_cell(r['speedup_vs_eager'])}, run {run_id} -> {csv_path}", file=sys.stderr, flush=True)
+    return rows
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    from evaluation.problem import builtin_names
+
+    for key, value in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("ANONYMIZED_TELEMETRY", "False"),
+                       ("LITELLM_LOCAL_MODEL_COST_MAP", "True")):
+        os.environ.setdefault(key, value)  # as the kscout CLI does: no network
+
+    parser = argparse.ArgumentParser(prog="python -m agent.bench", description=__doc__.split("\n")[0])
+    parser.add_argument("--problems", default="layernorm,rmsnorm,softmax,cross_entropy,swiglu")
+    parser.add_argument("--budget", type=int, default=60, help="search evaluations per problem")
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    parser.add_argument("--trials", type=int, default=2, help="correctness trials per shape")
+    parser.add_argument("--seed", type=int, default=0, help="random seed of the proposer")
+    parser.add_argument("--out", type=Path, default=None, help="folder for the CSV and the fresh store "
+                                                                "(default: a new temp folder)")
+    parser.add_argument("--store", type=Path, default=None,
+                        help="use this store instead of a fresh one under --out (its stored evaluations may be reused)")
+    for name in builtin_names():
+        parser.add_argument(f"--case-{name}", dest=f"case_{name}", default=None, metavar="CASE",
+                            help=f"case timed for {name}: a case id or its params, e.g. M=4096,N=4096")
+    args = parser.parse_args(argv)
+    problems = [p.strip() for p in args.problems.split(",") if p.strip()]
+    cases = {n: getattr(args, f"case_{n}") for n in builtin_names() if getattr(args, f"case_{n}")}
+    out = args.out or Path(tempfile.mkdtemp(prefix="kscout-bench-"))
+    try:
+        rows = run_bench(problems, budget=args.budget, dtype=args.dtype, device=args.device, out=out, cases=cases,
+                         trials=args.trials, seed=args.seed, store_dir=args.store)
+    except KscoutError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    _print_table(rows)
+    print(f"csv: {out / 'bench_search.csv'}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
