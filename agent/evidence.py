@@ -13,7 +13,7 @@ import json
 import math
 from typing import Any, Optional
 
-from pydantic import BaseModel, ConfigDict
+from agent import Frozen
 
 from evaluation.records import EvalResult, Fingerprint, ProblemInfo
 from store.records import CandidateRecord, RunRecord
@@ -21,8 +21,7 @@ from store.records import CandidateRecord, RunRecord
 BASELINE = "eager"
 
 
-class Record(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+Record = Frozen
 
 
 class SizeRange(Record):

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 import torch
-from pydantic import BaseModel, ConfigDict
+from agent import Frozen
 
 from evaluation.errors import KscoutError
 
@@ -38,8 +38,7 @@ class FamilyMatchError(KscoutError):
     """A reference whose ops map onto no kernel family the template proposer knows."""
 
 
-class _Record(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+_Record = Frozen
 
 
 class ParamInfo(_Record):

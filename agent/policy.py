@@ -29,15 +29,14 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-from pydantic import BaseModel, ConfigDict
+from agent import Frozen
 
 from agent.proposers.base import Action
 
 _FAILED = frozenset({"compile_error", "incorrect", "rejected", "crashed", "timed_out"})
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+_Frozen = Frozen
 
 
 class Node(_Frozen):

@@ -12,7 +12,7 @@ import io
 from typing import Optional
 
 import jinja2
-from pydantic import BaseModel, ConfigDict
+from agent import Frozen
 
 from agent.evidence import CaseSpeedup, aggregate_speedup
 from evaluation.errors import KscoutError
@@ -22,8 +22,7 @@ from store.records import CandidateRecord, RunRecord
 TOP_KERNELS = 3
 
 
-class Record(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+Record = Frozen
 
 
 class TreeNode(Record):

@@ -20,7 +20,7 @@ import uuid
 from pathlib import Path
 from typing import Callable, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict
+from agent import Frozen
 
 from agent import writeback
 from agent.executor import Executor, LocalExecutor
@@ -38,8 +38,7 @@ class SessionError(KscoutError):
     """A session that cannot start or resume: bad options, a finished run, another environment."""
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+_Frozen = Frozen
 
 
 class SessionConfig(_Frozen):

@@ -12,7 +12,7 @@ import enum
 import math
 from typing import Optional
 
-from pydantic import BaseModel, ConfigDict
+from agent import Frozen
 
 from evaluation.records import EvalResult
 from store.records import StopRule
@@ -29,8 +29,7 @@ class StopReason(str, enum.Enum):
     interrupted = "interrupted"
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+_Frozen = Frozen
 
 
 class MeasuredSpeedup(_Frozen):
