@@ -11,7 +11,8 @@ or the one given by --case-PROBLEM.
 Where each number comes from (the `source` column says which applied):
   - p50, GB/s, % of ceiling, x eager: the best's interleaved re-measure ("remeasure"), else its search
     evaluation ("search"); GB/s uses the search evaluation's byte model and copy ceiling.
-  - x torch.compile: the best's search evaluation (the re-measure times eager only).
+  - x torch.compile: the best's re-measure (torch.compile joins its rounds), else its search evaluation
+    (search evaluations time torch.compile only with the seed, so this is "-" for other candidates).
   - x seed: seed p50 / best p50 from the same re-measure when both were re-measured; otherwise the
     ratio of their eager speedups from their own search evaluations (eager-normalized).
   - evaluations to within 5%: the 1-based position in search order of the first evaluation whose
@@ -26,6 +27,7 @@ import csv
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -108,7 +110,8 @@ def summarize_run(store, run_id: str, case_id: str) -> dict:
                    if target and (s := _ratio(r, "eager")) and s >= 0.95 * target), None)
     row.update(
         best_p50_ms=p50, gbps=gbps, pct_of_copy_ceiling=100.0 * gbps / ceiling if gbps and ceiling else None,
-        speedup_vs_eager=_ratio(final, "eager"), speedup_vs_torch_compile=_ratio(searched, "torch_compile"),
+        speedup_vs_eager=_ratio(final, "eager"),
+        speedup_vs_torch_compile=_ratio(final, "torch_compile") or _ratio(searched, "torch_compile"),
         speedup_vs_seed=vs_seed, evals_to_within_5pct=within,
         timing_source="remeasure" if final is again else "search", seed_source=seed_source,
     )
@@ -145,12 +148,13 @@ def _print_table(rows: list[dict]) -> None:
     console = make_console()
     console.print(table)
     console.print("x eager / p50 / GB/s: the best's interleaved re-measure where there is one (column timing_source "
-                  "in the CSV); x compile: its search evaluation; x seed: see seed_source", markup=False,
+                  "in the CSV); x compile: the same re-measure where it has one; x seed: see seed_source", markup=False,
                   highlight=False, soft_wrap=True)
 
 
 def run_bench(problems: list[str], *, budget: int, dtype: str, device: str, out: Path,
-              cases: dict[str, str], trials: int = 2, seed: int = 0, store_dir: Optional[Path] = None) -> list[dict]:
+              cases: dict[str, str], trials: int = 2, seed: int = 0, store_dir: Optional[Path] = None,
+              workers: int = 1, batch: int = 1, minutes: Optional[float] = None) -> list[dict]:
     import evaluation
     from agent.session import SessionConfig, start
     from store import Store
@@ -165,8 +169,16 @@ def run_bench(problems: list[str], *, budget: int, dtype: str, device: str, out:
     with Store.open(home) as store:
         for i, problem in enumerate(problems, 1):
             config = SessionConfig(problem=problem, device=device_kind, proposer="template", budget=budget,
-                                   stall=None, seed=seed, trials=trials, time_cases=(chosen[problem],))
-            run_id = start(config, store)
+                                   stall=None, seed=seed, trials=trials, time_cases=(chosen[problem],),
+                                   workers=workers, batch=batch, minutes=minutes)
+            t0 = time.monotonic()
+
+            def show(event, problem=problem, t0=t0):  # one line per evaluation: a cut-off run still tells
+                if event.kind in ("evaluated", "remeasured", "finished"):
+                    print(f"  {problem} {time.monotonic() - t0:6.1f}s [{event.evaluations}/{event.budget}] "
+                          f"{event.message}", file=sys.stderr, flush=True)
+
+            run_id = start(config, store, on_event=show)
             rows.append(summarize_run(store, run_id, chosen[problem]))
             _write_csv(csv_path, rows)
             r = rows[-1]
@@ -189,6 +201,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda")
     parser.add_argument("--trials", type=int, default=2, help="correctness trials per shape")
     parser.add_argument("--seed", type=int, default=0, help="random seed of the proposer")
+    parser.add_argument("--workers", type=int, default=1, help="correctness checks in parallel (timing stays serial)")
+    parser.add_argument("--batch", type=int, default=1, help="candidates proposed per search step (timed together)")
+    parser.add_argument("--minutes", type=float, default=None,
+                        help="time limit per search, a stop rule beside --budget (the CSV says how many evaluations ran)")
     parser.add_argument("--out", type=Path, default=None, help="folder for the CSV and the fresh store "
                                                                 "(default: a new temp folder)")
     parser.add_argument("--store", type=Path, default=None,
@@ -202,7 +218,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     out = args.out or Path(tempfile.mkdtemp(prefix="kscout-bench-"))
     try:
         rows = run_bench(problems, budget=args.budget, dtype=args.dtype, device=args.device, out=out, cases=cases,
-                         trials=args.trials, seed=args.seed, store_dir=args.store)
+                         trials=args.trials, seed=args.seed, store_dir=args.store, workers=args.workers,
+                         batch=args.batch, minutes=args.minutes)
     except KscoutError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

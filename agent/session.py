@@ -28,7 +28,7 @@ from agent.policy import Node, PolicyConfig, Tree, decide
 from agent.proposers.base import Action, ParentInfo, Proposal, ProposeRequest
 from agent.stopping import Progress, StopReason, measured_speedup, should_stop
 from evaluation.errors import KscoutError
-from evaluation.records import EvalResult, Fingerprint, ProblemInfo, source_sha256
+from evaluation.records import BASELINES, EvalResult, Fingerprint, ProblemInfo, source_sha256
 from store.records import CandidateRecord, RunRecord, RunStatus, StopRule, utc_now
 
 SEED_PROPOSER = "seed"
@@ -63,7 +63,8 @@ class SessionConfig(_Frozen):
     llm_timeout_s: float = 180.0
     llm_attempts: int = 3
     llm_backoff_s: float = 2.0
-    remeasure_top: int = 3
+    remeasure_top: int = 3  # the seed joins them, so the winner's speedup over it is measured in one process
+    compile_every: bool = False  # time torch.compile with every batch, not only with the seed and the re-measure
     remeasure_rounds: int = 5
     time_cases: tuple[str, ...] = ()  # case ids timed instead of the problem's declared "timed" cases
 
@@ -320,20 +321,28 @@ class Session:
         self._emit("evaluated", f"{cid[:12]} {result.status.value}{' ' + detail if detail else ''}"
                    f"{' (reused from an earlier run)' if reused else ''}", candidate_id=cid, status=result.status.value)
 
-    def evaluate(self, cids: list[str]) -> None:
-        from concurrent.futures import as_completed
+    def _baselines(self, cids: list[str]) -> tuple[str, ...]:
+        """torch.compile is timed with the seed and in the final re-measure; eager with every candidate
+        (the search ranks by it). `compile_every` times compile with every batch too."""
+        if self.config.compile_every or any(self.candidates[c].proposer == SEED_PROPOSER for c in cids):
+            return BASELINES
+        return ("eager",)
 
-        futures = {}
+    def evaluate(self, cids: list[str]) -> None:
+        todo = []
         for cid in cids:
             old = self._reusable(cid)
             if old is not None:
                 eval_id = self.store.add_evaluation(self.run.run_id, cid, old, kind="search")
                 self._landed(cid, eval_id, old, reused=True)
                 continue
-            futures[self.executor.submit(self.candidates[cid].source, self.problem, self.fp.device_kind)] = cid
-        for future in as_completed(futures):
-            cid = futures[future]
-            result = future.result()
+            todo.append(cid)
+        if not todo:
+            return
+        batch = self.executor.evaluate_batch([self.candidates[cid].source for cid in todo], self.problem,
+                                             self.fp.device_kind, baselines=self._baselines(todo))
+        for i, result in batch:
+            cid = todo[i]
             c = self.candidates[cid]
             eval_id = writeback.record(self.store, self.run.run_id, c, result, self.problem, self.fp,
                                        parent_eval_id=self._parent_eval(c))
@@ -359,7 +368,8 @@ class Session:
         import evaluation
 
         rm = evaluation.remeasure({cid: self.candidates[cid].source for cid in cids}, self.problem,
-                                  device=self.fp.device_kind, rounds=self.config.remeasure_rounds)
+                                  device=self.fp.device_kind, rounds=self.config.remeasure_rounds,
+                                  baselines=BASELINES)
         out = {}
         for rc in rm.candidates:
             cid = rc.name
@@ -379,8 +389,10 @@ class Session:
         passed = [cid for cid, (_, r) in self.results.items() if r.passed]
         measured = sorted(((m.ratio, cid) for cid in passed if (m := measured_speedup(self.results[cid][1]))),
                           reverse=True)
-        remeasured = self._remeasure([cid for _, cid in measured[: self.config.remeasure_top]]) if measured else {}
         seeds = [cid for cid in passed if self.candidates[cid].proposer == SEED_PROPOSER]
+        top = [cid for _, cid in measured[: self.config.remeasure_top]]
+        top += [cid for cid in seeds if cid not in top and measured_speedup(self.results[cid][1])]  # x seed, same process
+        remeasured = self._remeasure(top) if measured else {}
         return pick_best(passed, bool(measured), remeasured, seeds)
 
     def finish(self, reason: StopReason) -> Optional[str]:

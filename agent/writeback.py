@@ -153,16 +153,28 @@ def remeasure_as_eval(rc, rm, searched: EvalResult) -> EvalResult:
                            n_samples=len(ordered), n_warmup=prior.candidate.n_warmup if prior else 0,
                            l2_flushed=prior.candidate.l2_flushed if prior else False, method=method)
 
-    timing = tuple(
-        TimedCase(case_id=c.case_id, params=c.params, dtype=c.dtype,
-                  candidate=stats(c.candidate_p50s_ms, c.case_id, c.method),
-                  baselines=(Baseline(name="eager", timing=stats(c.baseline_p50s_ms, c.case_id, c.method)),),
-                  speedups=(Speedup(baseline="eager", ratio=c.speedup, ratio_low=c.speedup_min,
-                                    ratio_high=c.speedup_max, significant=c.significant),))
-        for c in rc.cases
-    )
+    def case(c) -> TimedCase:
+        baselines = [Baseline(name="eager", timing=stats(c.baseline_p50s_ms, c.case_id, c.method))]
+        speedups = [Speedup(baseline="eager", ratio=c.speedup, ratio_low=c.speedup_min, ratio_high=c.speedup_max,
+                            significant=c.significant)]
+        if c.compile_p50s_ms and c.speedup_vs_compile is not None:
+            baselines.append(Baseline(name="torch_compile", timing=stats(c.compile_p50s_ms, c.case_id, c.method)))
+            speedups.append(Speedup(baseline="torch_compile", ratio=c.speedup_vs_compile,
+                                    ratio_low=c.speedup_vs_compile_min, ratio_high=c.speedup_vs_compile_max,
+                                    significant=c.speedup_vs_compile_min > 1.0 or c.speedup_vs_compile_max < 1.0))
+        prior = searched_by_case.get(c.case_id)
+        cand = stats(c.candidate_p50s_ms, c.case_id, c.method)
+        gbps = prior.bytes_moved / (cand.latency_ms_p50 * 1e-3) / 1e9 if prior and prior.bytes_moved else None
+        return TimedCase(case_id=c.case_id, params=c.params, dtype=c.dtype, candidate=cand,
+                         baselines=tuple(baselines), speedups=tuple(speedups),
+                         bytes_moved=prior.bytes_moved if prior else None, flops=prior.flops if prior else None,
+                         achieved_gbps=gbps,
+                         pct_of_ceiling=100.0 * gbps / searched.ceiling_gbps if gbps and searched.ceiling_gbps else None)
+
+    timing = tuple(case(c) for c in rc.cases)
+    against = "eager and torch.compile" if any(c.compile_p50s_ms for c in rc.cases) else "eager"
     return EvalResult(status=Status.passed, candidate_sha256=rc.candidate_sha256, problem_id=rm.problem_id,
-                      problem_name=rm.problem_name, device=rm.device, timing=timing,
-                      timing_note=f"re-measured in {rm.rounds} rounds interleaved with eager",
+                      problem_name=rm.problem_name, device=rm.device, timing=timing, ceiling_gbps=searched.ceiling_gbps,
+                      timing_note=f"re-measured in {rm.rounds} rounds interleaved with {against}",
                       fingerprint=rm.fingerprint, started_at=rm.started_at, duration_s=rm.duration_s,
                       stderr_tail=rm.stderr_tail[-2000:])

@@ -7,9 +7,14 @@ Public API (everything else is internal):
         ("M=4096,N=4096|bfloat16") that become the only cases tagged "timed" (ProblemError if unknown).
     list_problems(device="cpu") -> list[ProblemInfo]       the built-in problems
     evaluate(source, problem, *, device="auto", timeout_s=120.0, trials=3, time_it=True,
-             overrides=None, seed=None) -> EvalResult
+             overrides=None, seed=None, baselines=("eager", "torch_compile")) -> EvalResult
         static_check -> compile -> correctness -> timing; candidate code runs in worker processes.
-    remeasure(sources, problem, *, device="auto", rounds=5, timeout_s=600) -> RemeasureResult
+    time_many([(source, checked_result), ...], problem, *, device="auto", timeout_s=120.0,
+              baselines=..., seed=None) -> list[EvalResult]
+        the timing stage for candidates that passed evaluate(..., time_it=False), in one process
+        against one measurement of each baseline per case (siblings compared on equal terms).
+    remeasure(sources, problem, *, device="auto", rounds=5, timeout_s=600, baselines=("eager",))
+        -> RemeasureResult
     fingerprint(device="auto") -> Fingerprint
     resolve_device("auto" | "cpu" | "cuda") -> "cpu" | "cuda"
 
@@ -44,7 +49,7 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name: str):
-    if name in ("evaluate", "remeasure"):
+    if name in ("evaluate", "remeasure", "time_many"):
         from evaluation import harness
 
         return getattr(harness, name)

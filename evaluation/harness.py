@@ -22,13 +22,33 @@ from evaluation.fingerprint import fingerprint, resolve_device
 from evaluation.isolation import WorkerExit, last_progress, run_worker
 from evaluation.problem import load_problem
 from evaluation.records import (
-    Baseline, EvalResult, KernelInfo, ProblemInfo, RemeasuredCandidate, RemeasuredCase, RemeasureResult,
+    BASELINES, Baseline, EvalResult, KernelInfo, ProblemInfo, RemeasuredCandidate, RemeasuredCase, RemeasureResult,
     ShapeCase, Stage, Status, TimedCase, TimingStats, source_sha256,
 )
 from evaluation.static_check import check_source
 from evaluation.timing import NOT_MEASURED_CPU, quantile, speedup
+from evaluation.worker import COMPILED
 
 N_INPUT_SETS = 4  # inputs rotated between timing samples
+SHM = Path("/dev/shm")
+
+
+def scratch_root() -> str | None:
+    """Where worker scratch directories go: $KSCOUT_SCRATCH, else /dev/shm when it is a writable tmpfs
+    with room (outputs and inputs of every correctness call cross it, up to GBs for LLM-sized cases),
+    else the system temp dir."""
+    import os
+    import shutil
+
+    chosen = os.environ.get("KSCOUT_SCRATCH")
+    if chosen:
+        return chosen
+    try:
+        if SHM.is_dir() and os.access(SHM, os.W_OK) and shutil.disk_usage(SHM).free > (4 << 30):
+            return str(SHM)
+    except OSError:
+        pass
+    return None
 
 
 def _now() -> str:
@@ -72,8 +92,10 @@ def evaluate(
     time_it: bool = True,
     overrides: dict[str, int] | None = None,
     seed: int | None = None,
+    baselines: tuple[str, ...] = BASELINES,
 ) -> EvalResult:
-    """Judge one candidate. `seed` fixes the trial inputs (recorded in the result either way)."""
+    """Judge one candidate. `seed` fixes the trial inputs (recorded in the result either way);
+    `baselines` are those timed next to it (eager always: speedups are against it)."""
     started, t0 = _now(), time.monotonic()
     dev = resolve_device(device)
     info = _problem(problem, dev, overrides)
@@ -100,7 +122,7 @@ def evaluate(
                       message=first.describe() + more)
 
     run = CorrectnessRun(source, info, dev, trials, seed)
-    with tempfile.TemporaryDirectory(prefix="kscout-eval-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="kscout-eval-", dir=scratch_root()) as tmp:
         scratch = Path(tmp)
         run.prepare(scratch)
         exit_ = run_worker(scratch, dev, timeout_s, poll=lambda: run.poll(scratch))
@@ -132,9 +154,10 @@ def evaluate(
                       **common)
     if dev == "cpu":
         return finish(status=Status.passed, timing_note=NOT_MEASURED_CPU, **common)
+    checked = finish(status=Status.passed, timing_note="timing not requested", **common)
     if not time_it:
-        return finish(status=Status.passed, timing_note="timing not requested", **common)
-    return _timed(source, info, dev, seed, timeout_s, base["fingerprint"], finish, common)
+        return checked
+    return time_many([(source, checked)], info, device=dev, timeout_s=timeout_s, baselines=baselines, seed=seed)[0]
 
 
 def timed_cases(info: ProblemInfo) -> list[tuple[int, ShapeCase]]:
@@ -142,12 +165,18 @@ def timed_cases(info: ProblemInfo) -> list[tuple[int, ShapeCase]]:
     return tagged or list(enumerate(info.shape_cases))
 
 
-def _timing_request(info: ProblemInfo, dev: str, seed: int, mode: str, scratch: Path, extra: dict) -> str:
-    """Write request.json and state dicts for the timed cases; returns the nonce."""
+def _timing_request(info: ProblemInfo, dev: str, seed: int, mode: str, scratch: Path, sources: list[str],
+                    extra: dict) -> tuple[str, list[dict]]:
+    """Write request.json, the candidate files and the state dicts of the timed cases.
+
+    Returns the nonce and the candidate entries (name = position in `sources`, as a string)."""
     import torch
 
     refs = References(info, dev, seed)
     nonce = secrets.token_hex(16)
+    entries = [{"name": str(i), "file": f"cand_{i}.py", "index": i} for i in range(len(sources))]
+    for entry, src in zip(entries, sources):
+        (scratch / entry["file"]).write_text(src)
     states: dict[str, str] = {}
     cases = []
     for index, case in timed_cases(info):
@@ -159,40 +188,106 @@ def _timing_request(info: ProblemInfo, dev: str, seed: int, mode: str, scratch: 
                       "state": states[k], "seeds": [seed + 1000 + i for i in range(N_INPUT_SETS)]})
     protocol.write_json_atomic(scratch / protocol.REQUEST, {
         "mode": mode, "nonce": nonce, "device": dev, "problem_path": info.source_path, "init_seed": seed,
-        "cases": cases, **extra,
+        "cases": cases, "candidates": entries, **extra,
     })
-    return nonce
+    return nonce, entries
 
 
-def _timed(source, info, dev, seed, timeout_s, fp, finish, common) -> EvalResult:
+def time_many(
+    items: list[tuple[str, EvalResult]],
+    problem: ProblemInfo | str,
+    *,
+    device: str = "auto",
+    timeout_s: float = 120.0,
+    baselines: tuple[str, ...] = BASELINES,
+    seed: int | None = None,
+) -> list[EvalResult]:
+    """Time candidates that passed correctness (`evaluate(..., time_it=False)`), all in one process.
+
+    Siblings are timed on the same input sets against one measurement of each baseline per case,
+    which is both cheaper (one process start, one torch.compile) and a fairer comparison than one
+    process each. Items that did not pass, and everything on the CPU, come back unchanged. If the
+    shared process dies or reports anything but success, each candidate is timed again alone, so one
+    bad candidate cannot take its siblings' numbers with it and gets its own status.
+    """
+    dev = resolve_device(device)
+    info = _problem(problem, dev, None)
+    if "eager" not in baselines or set(baselines) - set(BASELINES):
+        raise ValueError(f"baselines must include 'eager' and be among {BASELINES} (got {baselines})")
+    out = [r for _, r in items]
+    todo = [i for i, (_, r) in enumerate(items) if r.passed and dev != "cpu"]
+    if not todo:
+        return out
+    seed = secrets.randbelow(2**31 - 1024) if seed is None else seed
+    timed = _time_batch([items[i][0] for i in todo], info, dev, seed, timeout_s * len(todo), baselines)
+    if timed is None and len(todo) > 1:
+        timed = [_time_batch([items[i][0]], info, dev, seed, timeout_s, baselines) for i in todo]
+        timed = [t[0] if isinstance(t, list) else t for t in timed]
+    elif timed is None:
+        timed = [None]
+    for i, fields in zip(todo, timed):
+        fields = fields or {}
+        prior = items[i][1]
+        note = None if set(baselines) == set(BASELINES) else f"baselines timed: {', '.join(baselines)}"
+        out[i] = prior.model_copy(update=dict(
+            duration_s=prior.duration_s + fields.pop("elapsed_s", 0.0), timing_note=note,
+            stderr_tail=fields.pop("stderr_tail", prior.stderr_tail), **fields))
+    return out
+
+
+def _time_batch(sources: list[str], info: ProblemInfo, dev: str, seed: int, timeout_s: float,
+                baselines: tuple[str, ...]) -> list[dict] | dict | None:
+    """One timing process for `sources`: per source, the fields to update its EvalResult with.
+
+    None when the process failed as a whole and there were several sources (the caller retries each
+    alone); with one source, its failure comes back as that source's fields (a dict)."""
     from evaluation.ceiling import copy_ceiling_gbps
     from evaluation.problem import exec_problem
 
-    with tempfile.TemporaryDirectory(prefix="kscout-time-") as tmp:
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="kscout-time-", dir=scratch_root()) as tmp:
         scratch = Path(tmp)
-        (scratch / protocol.CANDIDATE).write_text(source)
-        nonce = _timing_request(info, dev, seed, "timing", scratch, {})
+        nonce, entries = _timing_request(info, dev, seed, "timing", scratch, sources,
+                                         {"baselines": list(baselines)})
         exit_ = run_worker(scratch, dev, timeout_s)
         status = _read_status(scratch, nonce)
-    if exit_.timed_out or status is None:
-        return finish(**_death(exit_, Stage.timing, timeout_s), stderr_tail=exit_.stderr_tail, **common)
-    if status["status"] != "ok":
-        return finish(status=Status(status["status"]), failed_stage=Stage(status["stage"]),
-                      error_class=status["error_class"], message=status["message"],
-                      stderr_tail=exit_.stderr_tail, **common)
+    elapsed = (time.monotonic() - t0) / len(sources)
+    if exit_.timed_out or status is None or status["status"] != "ok":
+        if len(sources) > 1:
+            return None
+        if exit_.timed_out or status is None:
+            fields = _death(exit_, Stage.timing, timeout_s)
+        else:
+            fields = dict(status=Status(status["status"]), failed_stage=Stage(status["stage"]),
+                          error_class=status["error_class"], message=status["message"])
+        return [dict(fields, stderr_tail=exit_.stderr_tail, elapsed_s=elapsed)]
+    fp = fingerprint(dev)
     ceiling = copy_ceiling_gbps(fp.device_name, fp.driver_version)
-    timed = []
-    for entry in status["timing"]:
-        case = info.shape_cases[entry["index"]]
-        module = exec_problem(info.source_path, case.params)
-        timed.append(_timed_case(case, module, entry, ceiling))
-    return finish(status=Status.passed, timing=tuple(timed), ceiling_gbps=ceiling, **common)
+    modules: dict[str, Any] = {}
+    results = []
+    for entry in entries:
+        name = entry["name"]
+        error = status["errors"].get(name)
+        if error:
+            results.append(dict(status=Status.crashed, failed_stage=Stage.timing,
+                                error_class=status.get("error_classes", {}).get(name, "TimingError"),
+                                message=error, elapsed_s=elapsed))
+            continue
+        timed = []
+        for case_entry in status["timing"]:
+            case = info.shape_cases[case_entry["index"]]
+            key = json.dumps(case.params, sort_keys=True)
+            if key not in modules:
+                modules[key] = exec_problem(info.source_path, case.params)
+            timed.append(_timed_case(case, modules[key], case_entry, case_entry["candidates"][name], ceiling))
+        results.append(dict(status=Status.passed, timing=tuple(timed), ceiling_gbps=ceiling, elapsed_s=elapsed))
+    return results
 
 
-def _timed_case(case: ShapeCase, module, entry: dict, ceiling: float | None) -> TimedCase:
+def _timed_case(case: ShapeCase, module, entry: dict, stats: dict, ceiling: float | None) -> TimedCase:
     import torch
 
-    cand = TimingStats(**entry["candidate"])
+    cand = TimingStats(**stats)
     baselines = tuple(
         Baseline(name=b["name"], timing=TimingStats(**b["timing"]) if b["timing"] else None, error=b["error"])
         for b in entry["baselines"]
@@ -222,8 +317,12 @@ def remeasure(
     timeout_s: float = 600,
     samples_per_round: int = 30,
     seed: int | None = None,
+    baselines: tuple[str, ...] = ("eager",),
 ) -> RemeasureResult:
-    """Time every candidate and the eager baseline in one process, interleaved round by round.
+    """Time every candidate and the baselines in one process, interleaved round by round.
+
+    Eager is always measured (speedups and significance are against it); with "torch_compile" in
+    `baselines`, the compiled reference joins the rotation and each case carries its ratio too.
 
     Callers pass candidates that already passed evaluate(); nothing is re-checked for correctness.
     A win is `significant` only when every round's ratio is above 1, not the median alone.
@@ -241,13 +340,11 @@ def remeasure(
             note=NOT_MEASURED_CPU, duration_s=time.monotonic() - t0,
         )
     seed = secrets.randbelow(2**31 - 1024) if seed is None else seed
-    entries = [{"name": name, "file": f"cand_{i}.py", "index": i} for i, name in enumerate(sources)]
-    with tempfile.TemporaryDirectory(prefix="kscout-remeasure-") as tmp:
+    names = list(sources)
+    with tempfile.TemporaryDirectory(prefix="kscout-remeasure-", dir=scratch_root()) as tmp:
         scratch = Path(tmp)
-        for entry in entries:
-            (scratch / entry["file"]).write_text(sources[entry["name"]])
-        nonce = _timing_request(info, dev, seed, "remeasure", scratch, {
-            "candidates": entries, "rounds": rounds, "samples_per_round": samples_per_round,
+        nonce, _ = _timing_request(info, dev, seed, "remeasure", scratch, [sources[n] for n in names], {
+            "rounds": rounds, "samples_per_round": samples_per_round, "baselines": list(baselines),
         })
         exit_ = run_worker(scratch, dev, timeout_s)
         status = _read_status(scratch, nonce)
@@ -257,28 +354,35 @@ def remeasure(
             **head, candidates=tuple(RemeasuredCandidate(name=n, candidate_sha256=shas[n], error=why) for n in sources),
             stderr_tail=exit_.stderr_tail, duration_s=time.monotonic() - t0,
         )
+    errors = {names[int(k)]: v for k, v in status["errors"].items() if k.isdigit()}
     per_candidate: dict[str, list[RemeasuredCase]] = {name: [] for name in sources}
     for entry in status["remeasure"]:
         case = info.shape_cases[entry["index"]]
         base = entry["p50s_ms"].get("__baseline__", [])
-        for name in sources:
-            mine = entry["p50s_ms"].get(name, [])
-            if name in status["errors"] or not mine or len(mine) != len(base):
+        compiled = entry["p50s_ms"].get(COMPILED, [])
+        for i, name in enumerate(names):
+            mine = entry["p50s_ms"].get(str(i), [])
+            if name in errors or not mine or len(mine) != len(base):
                 continue
             ratios = [b / c for b, c in zip(base, mine)]
+            vs_compile = [b / c for b, c in zip(compiled, mine)] if len(compiled) == len(mine) else []
             per_candidate[name].append(RemeasuredCase(
                 case_id=case.case_id, params=case.params, dtype=case.dtype,
                 candidate_p50s_ms=tuple(mine), baseline_p50s_ms=tuple(base),
                 speedup=quantile(ratios, 0.5), speedup_min=min(ratios), speedup_max=max(ratios),
-                significant=min(ratios) > 1.0, method=entry["methods"][name],
+                significant=min(ratios) > 1.0, method=entry["methods"][str(i)],
+                compile_p50s_ms=tuple(compiled) if vs_compile else (),
+                speedup_vs_compile=quantile(vs_compile, 0.5) if vs_compile else None,
+                speedup_vs_compile_min=min(vs_compile) if vs_compile else None,
+                speedup_vs_compile_max=max(vs_compile) if vs_compile else None,
             ))
     return RemeasureResult(
         **head,
         candidates=tuple(
-            RemeasuredCandidate(name=n, candidate_sha256=shas[n], cases=tuple(per_candidate[n]),
-                                error=status["errors"].get(n))
+            RemeasuredCandidate(name=n, candidate_sha256=shas[n], cases=tuple(per_candidate[n]), error=errors.get(n))
             for n in sources
         ),
+        note=f"torch.compile baseline failed: {status['errors'][COMPILED]}" if COMPILED in status["errors"] else None,
         duration_s=time.monotonic() - t0,
     )
 

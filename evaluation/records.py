@@ -124,6 +124,9 @@ class Speedup(Record):
     significant: bool  # the interval excludes 1.0
 
 
+BASELINES = ("eager", "torch_compile")  # what a timing measures a candidate against; eager is always one
+
+
 class TimedCase(Record):
     case_id: str
     params: dict[str, int]
@@ -200,6 +203,10 @@ class RemeasuredCase(Record):
     speedup_max: float
     significant: bool  # speedup_min > 1: every round was a win, not only the median
     method: str  # "cuda_graph" | "cuda_events"
+    compile_p50s_ms: tuple[float, ...] = ()  # the torch.compile baseline, same rounds, where it was asked for
+    speedup_vs_compile: Optional[float] = None  # median over rounds of compile p50 / candidate p50
+    speedup_vs_compile_min: Optional[float] = None
+    speedup_vs_compile_max: Optional[float] = None
 
 
 class RemeasuredCandidate(Record):

@@ -20,6 +20,9 @@ from typing import Any
 from evaluation import protocol
 
 
+COMPILED = "__torch_compile__"  # the torch.compile baseline's runner in a re-measure
+
+
 class Stop(Exception):
     """Ends the worker with a verdict other than "ok"."""
 
@@ -191,7 +194,24 @@ class Worker:
 
         return [make_inputs(pm, case["dtype"], seed, 0, self.device) for seed in case["seeds"]]
 
+    def _import_candidates(self, snapshot) -> tuple[dict[str, Any], dict[str, str]]:
+        """Every candidate file of the request, imported under its own module name; errors per name."""
+        modules, errors = {}, {}
+        for entry in self.request["candidates"]:
+            try:
+                modules[entry["name"]] = import_candidate(self.scratch / entry["file"], f"candidate_{entry['index']}")
+            except Exception as exc:
+                errors[entry["name"]] = "importing the candidate again: " + one_line(exc)
+        self.check(snapshot, "timing")
+        return modules, errors
+
     def timing(self) -> dict[str, Any]:
+        """Each candidate, then each requested baseline, on the same input sets, case by case.
+
+        Several candidates share one process (and one baseline measurement per case) only after each
+        passed correctness alone; a candidate that raises here is recorded against its name and the
+        others go on. The parent re-times candidates one per process if this process dies.
+        """
         import torch
 
         from evaluation.guards import HarnessSnapshot
@@ -200,46 +220,50 @@ class Worker:
         import torch._dynamo  # noqa: F401  (torch.compile's import rebinds torch.manual_seed: before the snapshot)
 
         snapshot = HarnessSnapshot()
-        try:
-            module = import_candidate(self.scratch / protocol.CANDIDATE, "candidate")
-        except Exception as exc:
-            raise Stop("crashed", "timing", type(exc).__name__, "importing the candidate again: " + one_line(exc))
-        self.check(snapshot, "timing")
+        modules, errors = self._import_candidates(snapshot)
+        classes = {name: "ImportError" for name in errors}
         bench = Bench(**self.request.get("bench", {}))
+        wanted = self.request.get("baselines", ["eager", "torch_compile"])
         cases = []
         for case in self.request["cases"]:
             pm = self.problem(case)
             progress(case, "timing")
             sets = self._input_sets(pm, case)
+            measured: dict[str, Any] = {}
             with torch.no_grad():
-                try:
-                    model, _ = build(module.ModelNew, pm, self.request["init_seed"], self.states[case["state"]], self.device, case["dtype"])
-                    candidate = bench.measure(model, sets)
-                    out = model(*sets[0])
-                except Exception as exc:
-                    raise Stop("crashed", "timing", type(exc).__name__, f"timing {case['case_id']}: {one_line(exc)}")
-                self.check(snapshot, "timing")  # checked before the baselines: compiling them may rebind torch
-                outs = out if isinstance(out, (tuple, list)) else [out]
+                for name, module in modules.items():
+                    if name in errors:
+                        continue
+                    try:
+                        model, _ = build(module.ModelNew, pm, self.request["init_seed"], self.states[case["state"]],
+                                         self.device, case["dtype"])
+                        measured[name] = bench.measure(model, sets).model_dump()
+                    except Exception as exc:
+                        errors[name] = f"timing {case['case_id']}: {one_line(exc)}"
+                        classes[name] = type(exc).__name__
+                    self.check(snapshot, "timing")  # before the baselines: compiling them may rebind torch
+                    model = None
                 ref = self._reference(pm, case)
-                baselines = [self._baseline("eager", bench, ref, sets)]
-                baselines.append(self._baseline("torch_compile", bench, ref, sets, compile_it=True))
+                outs = ref(*sets[0])  # the byte count comes from the reference, not from a candidate
+                outs = outs if isinstance(outs, (tuple, list)) else [outs]
+                baselines = [self._baseline(b, bench, ref, sets, compile_it=b == "torch_compile") for b in wanted]
             cases.append({
                 "index": case["index"],
-                "candidate": candidate.model_dump(),
+                "candidates": measured,
                 "baselines": baselines,
                 "input_bytes": sum(t.nbytes for t in sets[0] if isinstance(t, torch.Tensor)),
                 "output_bytes": sum(t.nbytes for t in outs if isinstance(t, torch.Tensor)),
             })
-            del sets, model, ref, out, outs
+            del sets, ref, outs
             torch.cuda.empty_cache()
-        return {"status": "ok", "timing": cases}
+        return {"status": "ok", "timing": cases, "errors": errors, "error_classes": classes}
 
     @staticmethod
     def _baseline(name: str, bench, ref, sets, *, compile_it: bool = False) -> dict[str, Any]:
         import torch
 
         try:
-            fn = torch.compile(ref) if compile_it else ref
+            fn = torch.compile(ref, dynamic=False) if compile_it else ref
             return {"name": name, "timing": bench.measure(fn, sets).model_dump(), "error": None}
         except Exception as exc:  # a baseline that cannot run is recorded, not fatal
             return {"name": name, "timing": None, "error": one_line(exc)}
@@ -254,13 +278,7 @@ class Worker:
         import torch._dynamo  # noqa: F401  (see timing())
 
         snapshot = HarnessSnapshot()
-        modules, errors = {}, {}
-        for entry in self.request["candidates"]:
-            try:
-                modules[entry["name"]] = import_candidate(self.scratch / entry["file"], f"candidate_{entry['index']}")
-            except Exception as exc:
-                errors[entry["name"]] = "importing: " + one_line(exc)
-        self.check(snapshot, "timing")
+        modules, errors = self._import_candidates(snapshot)
         bench = Bench(**self.request.get("bench", {}))
         rounds, per_round = self.request["rounds"], self.request["samples_per_round"]
         cases = []
@@ -269,7 +287,8 @@ class Worker:
             progress(case, "remeasure")
             sets = self._input_sets(pm, case)
             with torch.no_grad():
-                runners = {"__baseline__": bench.prepare(self._reference(pm, case), sets)}
+                ref = self._reference(pm, case)
+                runners = {"__baseline__": bench.prepare(ref, sets)}
                 for name, module in modules.items():
                     if name in errors:
                         continue
@@ -278,6 +297,12 @@ class Worker:
                         runners[name] = bench.prepare(model, sets)
                     except Exception as exc:
                         errors[name] = f"{case['case_id']}: {one_line(exc)}"
+                self.check(snapshot, "timing")
+                if "torch_compile" in self.request.get("baselines", ()):
+                    try:
+                        runners[COMPILED] = bench.prepare(torch.compile(ref, dynamic=False), sets)
+                    except Exception as exc:  # recorded, not fatal: the eager comparison still stands
+                        errors[COMPILED] = f"{case['case_id']}: {one_line(exc)}"
                 p50s: dict[str, list[float]] = {name: [] for name in runners}
                 for _ in range(rounds):  # B A C B A C ...: drift hits every provider alike
                     for name, runner in runners.items():

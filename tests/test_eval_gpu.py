@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from evaluation import evaluate, load_problem, remeasure
+from evaluation import evaluate, load_problem, remeasure, time_many
 from evaluation.records import Status
 
 pytestmark = pytest.mark.gpu
@@ -45,16 +45,48 @@ def test_unmasked_fixed_width_kernel_never_passes_on_cuda(small_layernorm):
     assert not any(r.passed for r in result.shape_results if r.params["N"] != 256)
 
 
-def test_remeasure_interleaves_candidates_with_the_baseline(small_layernorm):
-    one_warp = SEED.replace("num_warps = min(max(block // 256, 1), 16)", "num_warps = 1")
-    result = remeasure({"seed": SEED, "one_warp": one_warp}, small_layernorm, device="cuda", rounds=3)
+ONE_WARP = SEED.replace("num_warps = min(max(block // 256, 1), 16)", "num_warps = 1")
+def _fails_later():
+    """The seed, but it raises once it has been called 40 times: passes correctness, fails in timing."""
+    assert "def forward(self, x" in SEED and "class ModelNew(nn.Module):" in SEED
+    head, tail = SEED.split("    def forward(self, x", 1)
+    signature, body = tail.split("\n", 1)
+    guard = ("        _CALLS[0] += 1\n"
+             "        if _CALLS[0] > 40:\n"
+             "            raise RuntimeError('worn out after 40 calls')\n")
+    return head.replace("class ModelNew(nn.Module):", "_CALLS = [0]\n\n\nclass ModelNew(nn.Module):", 1) + \
+        "    def forward(self, x" + signature + "\n" + guard + body
+
+
+def test_remeasure_interleaves_candidates_with_eager_and_compile(small_layernorm):
+    result = remeasure({"seed": SEED, "one_warp": ONE_WARP}, small_layernorm, device="cuda", rounds=3,
+                       baselines=("eager", "torch_compile"))
     assert result.note is None
     for cand in result.candidates:
         assert cand.error is None and cand.cases
         for case in cand.cases:
-            assert len(case.candidate_p50s_ms) == len(case.baseline_p50s_ms) == 3
+            assert len(case.candidate_p50s_ms) == len(case.baseline_p50s_ms) == len(case.compile_p50s_ms) == 3
             assert case.speedup_min <= case.speedup <= case.speedup_max
             assert case.significant == (case.speedup_min > 1.0)
+            assert case.speedup_vs_compile_min <= case.speedup_vs_compile <= case.speedup_vs_compile_max
+    seed, one = result.candidates
+    assert [c.compile_p50s_ms for c in seed.cases] == [c.compile_p50s_ms for c in one.cases]  # one measurement
+
+
+def test_time_many_times_siblings_against_one_baseline_and_isolates_a_failure(small_layernorm):
+    sources = [SEED, ONE_WARP, _fails_later()]
+    checked = [evaluate(src, small_layernorm, device="cuda", trials=1, time_it=False) for src in sources]
+    assert [c.status for c in checked] == [Status.passed] * 3
+    timed = time_many(list(zip(sources, checked)), small_layernorm, device="cuda", baselines=("eager",))
+    seed, one_warp, worn = timed
+    assert seed.passed and one_warp.passed and seed.timing and one_warp.timing
+    for a, b in zip(seed.timing, one_warp.timing):
+        assert a.baselines == b.baselines and [x.name for x in a.baselines] == ["eager"]
+        assert a.candidate != b.candidate
+    assert seed.timing_note == "baselines timed: eager"
+    assert worn.status is Status.crashed and worn.failed_stage.value == "timing"
+    assert worn.error_class == "RuntimeError" and "worn out" in worn.message
+    assert worn.shape_results == checked[2].shape_results  # correctness evidence kept
 
 
 def test_rows_a_kernel_never_writes_read_as_nan_not_zero(small_layernorm):

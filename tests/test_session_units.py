@@ -74,6 +74,29 @@ def test_a_remeasure_becomes_an_evaluation_record_with_its_round_spread():
     m = measured_speedup(result)
     assert (m.ratio, m.ratio_low, m.ratio_high) == pytest.approx((1.4, 1.2, 1.5))
     assert "3 rounds interleaved" in result.timing_note
+    assert [b.name for b in t.baselines] == ["eager"]  # no compile rounds, no compile number
+
+
+def test_a_remeasure_with_compile_rounds_carries_both_ratios_and_the_bandwidth():
+    case = RemeasuredCase(case_id="c0", params={"M": 8}, dtype="bfloat16",
+                          candidate_p50s_ms=(0.50, 0.40, 0.45), baseline_p50s_ms=(0.60, 0.60, 0.63),
+                          speedup=1.4, speedup_min=1.2, speedup_max=1.5, significant=True, method="cuda_graph",
+                          compile_p50s_ms=(0.45, 0.44, 0.46), speedup_vs_compile=1.0,
+                          speedup_vs_compile_min=0.9, speedup_vs_compile_max=1.1)
+    rc = RemeasuredCandidate(name="b", candidate_sha256="b" * 64, cases=(case,))
+    rm = RemeasureResult(problem_id="p1", problem_name="layernorm", device="cuda", rounds=3, candidates=(rc,),
+                         fingerprint=FP, started_at="2026-01-01T00:00:00+00:00", duration_s=2.0)
+    searched = timed("b", ({"M": 8}, 1.3, 1.1, 1.5)).model_copy(update={"ceiling_gbps": 4000.0})
+    searched = searched.model_copy(update={"timing": (searched.timing[0].model_copy(update={"bytes_moved": 900_000}),)})
+    result = remeasure_as_eval(rc, rm, searched)
+    t = result.timing[0]
+    assert [b.name for b in t.baselines] == ["eager", "torch_compile"]
+    vs_compile = measured_speedup(result, "torch_compile")
+    assert (vs_compile.ratio, vs_compile.ratio_low, vs_compile.ratio_high) == (1.0, 0.9, 1.1)
+    assert vs_compile.significant is False  # the interval straddles 1: a tie with torch.compile
+    assert t.achieved_gbps == pytest.approx(900_000 / 0.45e-3 / 1e9)
+    assert t.pct_of_ceiling == pytest.approx(100 * t.achieved_gbps / 4000.0)
+    assert "eager and torch.compile" in result.timing_note
 
 
 def test_outcomes_are_written_per_shape_bucket_with_their_interval():
@@ -94,22 +117,67 @@ def test_shape_bucket_groups_sizes_by_power_of_two():
     assert shape_bucket({"N": 4099}) == shape_bucket({"N": 8000})
 
 
-def test_gpu_correctness_runs_in_parallel_but_timings_never_overlap():
-    active = {"check": 0, "time": 0}
-    peak = {"check": 0, "time": 0}
-    lock = threading.Lock()
+class Recorder:
+    """A fake evaluate/time_many pair that records what ran at the same time as what."""
 
-    def fake_evaluate(source, problem, *, device, timeout_s, trials, time_it=True):
-        kind = "time" if time_it else "check"
-        with lock:
-            active[kind] += 1
-            peak[kind] = max(peak[kind], active[kind])
+    def __init__(self):
+        self.active = {"check": 0, "time": 0}
+        self.peak = {"check": 0, "time": 0}
+        self.overlap = 0  # a timing that started while a check was running, or the reverse
+        self.timing_calls: list[tuple[list[str], tuple[str, ...]]] = []
+        self.lock = threading.Lock()
+
+    def _enter(self, kind):
+        with self.lock:
+            other = "time" if kind == "check" else "check"
+            self.overlap += self.active[other] > 0
+            self.active[kind] += 1
+            self.peak[kind] = max(self.peak[kind], self.active[kind])
+
+    def _leave(self, kind):
+        with self.lock:
+            self.active[kind] -= 1
+
+    def evaluate(self, source, problem, *, device, timeout_s, trials, time_it=True):
+        assert not time_it  # the executor asks for correctness only and times separately
+        self._enter("check")
         time.sleep(0.05)
-        with lock:
-            active[kind] -= 1
-        return timed(source, ({"M": 8}, 1.0, 0.9, 1.1))
+        self._leave("check")
+        return timed(source, status=Status.incorrect if source.startswith("bad") else Status.passed)
 
-    with LocalExecutor(3, evaluate=fake_evaluate) as ex:
-        results = [f.result() for f in ex.map(["a", "b", "c", "d", "e", "f"], PROBLEM, "cuda")]
-    assert [r.candidate_sha256 for r in results] == ["a", "b", "c", "d", "e", "f"]
-    assert peak == {"check": 3, "time": 1}
+    def time_many(self, items, problem, *, device, timeout_s, baselines):
+        self._enter("time")
+        time.sleep(0.05)
+        self.timing_calls.append(([src for src, _ in items], tuple(baselines)))
+        self._leave("time")
+        return [timed(src, ({"M": 8}, 2.0, 1.8, 2.2)) for src, _ in items]
+
+
+def test_a_gpu_batch_checks_in_parallel_then_times_the_passing_candidates_in_one_call():
+    rec = Recorder()
+    with LocalExecutor(3, evaluate=rec.evaluate, time_many=rec.time_many) as ex:
+        landed = list(ex.evaluate_batch(["a", "bad1", "c", "d", "bad2", "f"], PROBLEM, "cuda", baselines=("eager",)))
+    by_pos = dict(landed)
+    assert sorted(by_pos) == [0, 1, 2, 3, 4, 5]
+    assert [by_pos[i].candidate_sha256 for i in range(6)] == ["a", "bad1", "c", "d", "bad2", "f"]
+    assert [by_pos[i].status for i in (1, 4)] == [Status.incorrect, Status.incorrect]
+    assert [measured_speedup(by_pos[i]).ratio for i in (0, 2, 3, 5)] == [2.0, 2.0, 2.0, 2.0]
+    assert rec.timing_calls == [(["a", "c", "d", "f"], ("eager",))]  # one timing, passing ones only, in order
+    assert rec.peak == {"check": 3, "time": 1} and rec.overlap == 0  # no check ever ran during the timing
+    assert {landed[0][1].status, landed[1][1].status} == {Status.incorrect}  # failures land before the timing
+
+
+def test_single_submissions_time_one_at_a_time_against_both_baselines():
+    rec = Recorder()
+    with LocalExecutor(3, evaluate=rec.evaluate, time_many=rec.time_many) as ex:
+        results = [f.result() for f in ex.map(["a", "b", "c", "d"], PROBLEM, "cuda")]
+    assert [r.candidate_sha256 for r in results] == ["a", "b", "c", "d"]
+    assert rec.peak["time"] == 1 and rec.peak["check"] >= 2
+    assert sorted(rec.timing_calls) == [([c], ("eager", "torch_compile")) for c in "abcd"]
+
+
+def test_on_the_cpu_a_batch_is_never_timed():
+    rec = Recorder()
+    with LocalExecutor(2, evaluate=rec.evaluate, time_many=rec.time_many) as ex:
+        landed = dict(ex.evaluate_batch(["a", "b"], PROBLEM, "cpu"))
+    assert sorted(landed) == [0, 1] and rec.timing_calls == []
