@@ -21,7 +21,7 @@ import torch
 
 from evaluation import protocol
 from evaluation.compare import Comparison, compare
-from evaluation.inputs import describe_trial, make_inputs
+from evaluation.inputs import RNG_LOCK, describe_trial, make_inputs
 from evaluation.problem import exec_problem, init_inputs
 from evaluation.records import KernelInfo, ProblemInfo, ShapeCase, ShapeResult, Stage, Status
 
@@ -49,10 +49,11 @@ class References:
         k = self.key(params)
         if k not in self._models:
             pm = self.module(params)
-            torch.manual_seed(self.init_seed)
-            init = init_inputs(pm)
-            torch.manual_seed(self.init_seed)
-            self._models[k] = pm.Model(*init).eval()
+            with RNG_LOCK:
+                torch.manual_seed(self.init_seed)
+                init = init_inputs(pm)
+                torch.manual_seed(self.init_seed)
+                self._models[k] = pm.Model(*init).eval()
         return self._models[k]
 
     def expected(self, case: ShapeCase, inputs: list[Any]):
@@ -161,13 +162,14 @@ class CorrectnessRun:
     def _judge(self, index: int, trial: int, payload: dict) -> None:
         case = self.info.shape_cases[index]
         seed = self.seeds[trial]
-        originals = make_inputs(self.refs.module(case.params), case.dtype, seed, trial, "cpu")
+        drawn = make_inputs(self.refs.module(case.params), case.dtype, seed, trial, self.device)  # as the worker did
+        originals = [x.cpu() if isinstance(x, torch.Tensor) else x for x in drawn]
         returned = payload.get("inputs", [])
         if len(returned) != len(originals) or not all(same_bits(a, b) for a, b in zip(returned, originals)):
             changed = [i for i, (a, b) in enumerate(zip(returned, originals)) if not same_bits(a, b)]
             self._reject("MutatedInput", f"forward modified input(s) {changed} on {case.case_id} trial {trial}")
             return
-        expected = self.refs.expected(case, originals)
+        expected = self.refs.expected(case, drawn)
         tol = self.info.tolerances[case.dtype]
         self.trials.setdefault(index, {})[trial] = compare(payload["outputs"], expected, case.dtype, tol)
         if len(self.trials[index]) == len(self.seeds):

@@ -1,9 +1,12 @@
 """Trial inputs, made the same way in the parent and in the worker, and memory poisoning.
 
 Inputs never cross the process boundary on the way in: both sides call the problem's get_inputs()
-after `torch.manual_seed(seed)` on the CPU generator, cast floating tensors to the case dtype, apply
-the trial's rescale, and only then move them to the device. Integer and bool inputs (targets,
-indices, masks) keep their dtype and values.
+after `torch.manual_seed(seed)`, cast floating tensors to the case dtype and apply the trial's
+rescale. On a GPU, get_inputs() runs with the GPU as the default device, so its random tensors come
+from the device's (deterministic, counter-based) generator: the CPU generator is serial and took tens
+of seconds per LLM-sized case (a 8192 x 128256 logits tensor is a billion draws). Both sides draw on
+the same device kind, so the bits match. Integer and bool inputs (targets, indices, masks) keep their
+dtype and values.
 
 Trial 0 uses get_inputs() as it is; later trials shift and scale floating inputs so that a kernel which
 gets the variance or an offset wrong, or answers "all tiny", fails somewhere.
@@ -11,7 +14,10 @@ gets the variance or an offset wrong, or answers "all tiny", fails somewhere.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
+
+RNG_LOCK = threading.RLock()  # held from torch.manual_seed to the last draw it is meant for
 
 # (scale, shift) for inputs with both signs; inputs that are never negative only get the scale, since
 # a shift could leave the problem's domain (probabilities, lengths).
@@ -34,8 +40,13 @@ def describe_trial(trial: int) -> str:
 def make_inputs(module, dtype: str, seed: int, trial: int, device: str) -> list[Any]:
     import torch
 
-    torch.manual_seed(seed)
-    raw = module.get_inputs()
+    with RNG_LOCK:  # seeding is global: two judging threads of one parent must not interleave their draws
+        torch.manual_seed(seed)
+        if device == "cpu":
+            raw = module.get_inputs()
+        else:
+            with torch.device(device):
+                raw = module.get_inputs()
     scale, shift = transform(trial)
     target = getattr(torch, dtype)
     out = []
