@@ -107,3 +107,40 @@ def test_a_compile_error_names_the_stage_and_keeps_the_stderr_tail_short():
     assert (result.status, result.failed_stage) == (Status.compile_error, Stage.compile)
     assert "power of 2" in result.message
     assert 0 < len(result.stderr_tail.encode()) <= 4096
+
+
+def test_inputs_drawn_in_parallel_threads_match_serial_draws():
+    """The parent judges several candidates in threads; each must regenerate exactly its own inputs."""
+    import threading
+
+    from evaluation.inputs import make_inputs
+    from evaluation.problem import exec_problem
+
+    module = exec_problem(load_problem("layernorm", "cpu").source_path, {"M": 256, "N": 1024})
+    seeds = list(range(100, 116))
+    serial = {s: make_inputs(module, "float32", s, 1, "cpu")[0] for s in seeds}
+    drawn: dict[int, torch.Tensor] = {}
+    barrier = threading.Barrier(len(seeds))
+
+    def draw(seed):
+        barrier.wait()
+        for _ in range(20):
+            drawn[seed] = make_inputs(module, "float32", seed, 1, "cpu")[0]
+
+    threads = [threading.Thread(target=draw, args=(s,)) for s in seeds]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(torch.equal(drawn[s], serial[s]) for s in seeds)
+    assert not torch.equal(serial[100], serial[101])
+
+
+def test_scratch_goes_to_kscout_scratch_then_to_a_roomy_dev_shm(monkeypatch, tmp_path):
+    from evaluation import harness
+
+    monkeypatch.setenv("KSCOUT_SCRATCH", str(tmp_path))
+    assert harness.scratch_root() == str(tmp_path)
+    monkeypatch.delenv("KSCOUT_SCRATCH")
+    monkeypatch.setattr(harness, "SHM", tmp_path / "missing")
+    assert harness.scratch_root() is None
