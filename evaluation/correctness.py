@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import json
 import secrets
+import threading
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,12 @@ from evaluation.problem import exec_problem, init_inputs
 from evaluation.records import KernelInfo, ProblemInfo, ShapeCase, ShapeResult, Stage, Status
 
 
+# Float64 references and comparisons of LLM-sized outputs take GBs of device memory each; a parent
+# judging a batch of candidates in threads runs at most this many at once (it ran out of an H200's
+# 140 GiB with eight at once next to eight workers).
+JUDGE_SLOTS = threading.BoundedSemaphore(2)
+
+
 class References:
     """Problem modules, reference models and their state dicts, built once per parameter binding."""
 
@@ -33,7 +40,7 @@ class References:
         self.info, self.device, self.init_seed = info, device, init_seed
         self._modules: dict[str, Any] = {}
         self._models: dict[str, torch.nn.Module] = {}
-        self._models64: dict[tuple[str, str], torch.nn.Module] = {}
+        self._models64: dict[tuple[str, str, str], torch.nn.Module] = {}
 
     @staticmethod
     def key(params: dict[str, int]) -> str:
@@ -56,14 +63,16 @@ class References:
                 self._models[k] = pm.Model(*init).eval()
         return self._models[k]
 
-    def expected(self, case: ShapeCase, inputs: list[Any]):
-        """The reference output in float64, on the trial's inputs (already rounded to the case dtype)."""
-        k = (self.key(case.params), case.dtype)
+    def expected(self, case: ShapeCase, inputs: list[Any], device: str | None = None):
+        """The reference output in float64, on the trial's inputs (already rounded to the case dtype),
+        computed on `device` (default: the evaluation's)."""
+        device = device or self.device
+        k = (self.key(case.params), case.dtype, device)
         if k not in self._models64:
             rounded = copy.deepcopy(self.model(case.params)).to(dtype=getattr(torch, case.dtype))
-            self._models64[k] = rounded.to(dtype=torch.float64, device=self.device).eval()
+            self._models64[k] = rounded.to(dtype=torch.float64, device=device).eval()
         wide = [
-            x.to(device=self.device, dtype=torch.float64 if x.is_floating_point() else x.dtype)
+            x.to(device=device, dtype=torch.float64 if x.is_floating_point() else x.dtype)
             if isinstance(x, torch.Tensor) else x
             for x in inputs
         ]
@@ -169,9 +178,18 @@ class CorrectnessRun:
             changed = [i for i, (a, b) in enumerate(zip(returned, originals)) if not same_bits(a, b)]
             self._reject("MutatedInput", f"forward modified input(s) {changed} on {case.case_id} trial {trial}")
             return
-        expected = self.refs.expected(case, drawn)
         tol = self.info.tolerances[case.dtype]
-        self.trials.setdefault(index, {})[trial] = compare(payload["outputs"], expected, case.dtype, tol)
+        with JUDGE_SLOTS:
+            try:
+                verdict = compare(payload["outputs"], self.refs.expected(case, drawn), case.dtype, tol)
+            except torch.OutOfMemoryError:  # the GPU is full of workers: judge this result on the host instead
+                torch.cuda.empty_cache()
+                verdict = compare(payload["outputs"], self.refs.expected(case, originals, "cpu"), case.dtype, tol)
+            finally:
+                del drawn
+                if self.device == "cuda":
+                    torch.cuda.empty_cache()  # threads take turns: what one judgement cached, the next may need
+        self.trials.setdefault(index, {})[trial] = verdict
         if len(self.trials[index]) == len(self.seeds):
             self.outcome.shape_results.append(self._shape_result(index))
 

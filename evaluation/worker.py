@@ -140,6 +140,9 @@ class Worker:
                      "inputs": [t.detach().cpu().clone() if isinstance(t, torch.Tensor) else t for t in inputs]},
                 )
                 del out, inputs
+            del model
+            if self.device == "cuda":  # eight workers share one GPU: give each case's blocks back
+                torch.cuda.empty_cache()
         return {"status": "ok", "launches": launches, "kernels": list(counter.kernels.values()), "weights_loaded": loaded}
 
     def _checked_call(self, model, inputs: list[Any], counter, snapshot, where: str):

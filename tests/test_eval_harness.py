@@ -144,3 +144,27 @@ def test_scratch_goes_to_kscout_scratch_then_to_a_roomy_dev_shm(monkeypatch, tmp
     monkeypatch.delenv("KSCOUT_SCRATCH")
     monkeypatch.setattr(harness, "SHM", tmp_path / "missing")
     assert harness.scratch_root() is None
+
+
+def test_a_judgement_that_runs_out_of_device_memory_is_redone_on_the_host(monkeypatch):
+    """The parent's float64 reference can exhaust a GPU shared with many workers; the verdict must not
+    be lost (or blamed on the candidate): that result is judged again on the host."""
+    from evaluation.correctness import References
+
+    real = References.expected
+    calls = []
+
+    def expected(self, case, inputs, device=None):
+        calls.append(device)
+        if device is None:  # the device is full every time
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real(self, case, inputs, device)
+
+    monkeypatch.setattr(References, "expected", expected)
+    info = load_problem("layernorm", "cpu", {"M": 4})
+    result = evaluate(SEED, info, device="cpu", trials=1, seed=5)
+    assert result.status is Status.passed, result.message
+    assert all(r.passed for r in result.shape_results) and len(result.shape_results) == len(info.shape_cases)
+    assert calls == [None, "cpu"] * len(info.shape_cases)  # each judgement tried the device, then the host
+    bad = evaluate(SEED.replace("y = diff * rstd * w + b", "y = diff * rstd * w"), info, device="cpu", trials=1)
+    assert bad.status is Status.incorrect  # the host judgement is a real one
