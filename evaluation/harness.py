@@ -228,7 +228,10 @@ def time_many(
     for i, fields in zip(todo, timed):
         fields = fields or {}
         prior = items[i][1]
-        note = None if set(baselines) == set(BASELINES) else f"baselines timed: {', '.join(baselines)}"
+        notes = [] if set(baselines) == set(BASELINES) else [f"baselines timed: {', '.join(baselines)}"]
+        if info.float32_matmul_precision == "high" and any(c.dtype == "float32" for _, c in timed_cases(info)):
+            notes.append("float32 baselines ran with TF32 matmuls, as the problem's tolerance admits")
+        note = "; ".join(notes) or None
         out[i] = prior.model_copy(update=dict(
             duration_s=prior.duration_s + fields.pop("elapsed_s", 0.0), timing_note=note,
             stderr_tail=fields.pop("stderr_tail", prior.stderr_tail), **fields))

@@ -231,6 +231,10 @@ def load_problem(spec: str, device: str = "cpu", overrides: dict[str, int] | Non
     ]
     if timed:
         cases = _select_timed(cases, timed)
+    precision = getattr(module, "FLOAT32_MATMUL_PRECISION", "highest")
+    if precision not in ("highest", "high"):
+        raise ProblemError(f"{path}: FLOAT32_MATMUL_PRECISION must be 'highest' (IEEE fp32) or 'high' (TF32), "
+                           f"not {precision!r}")
     seed = SEEDS_DIR / f"{path.stem}.py" if builtin else None
     doc = (getattr(module, "DESCRIPTION", None) or (ast.get_docstring(tree) or "").split("\n")[0]).strip()
     return ProblemInfo(
@@ -246,6 +250,7 @@ def load_problem(spec: str, device: str = "cpu", overrides: dict[str, int] | Non
         tolerances=tolerances(module, dtypes),
         has_byte_model=callable(getattr(module, "bytes_moved", None)),
         has_flop_model=callable(getattr(module, "flops", None)),
+        float32_matmul_precision=precision,
         seed_path=str(seed) if seed is not None and seed.is_file() else None,
     )
 

@@ -267,6 +267,7 @@ class ProblemInfo(Record):
     tolerances: dict[str, Tolerance]
     has_byte_model: bool = False
     has_flop_model: bool = False
+    float32_matmul_precision: str = "highest"  # "high": fp32 baselines are timed with TF32 matmuls (see problems/)
     seed_path: Optional[str] = None  # built-in problems ship a simple correct Triton seed
 
 

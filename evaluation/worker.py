@@ -41,6 +41,14 @@ def progress(case: dict, what: str) -> None:
     print(f"[kscout-worker] {case['case_id']} {what}", file=sys.stderr, flush=True)
 
 
+def matmul_precision(problem_module) -> None:
+    """fp32 matmuls in the baselines at the precision the problem's tolerance admits (IEEE by default)."""
+    import torch
+
+    value = getattr(problem_module, "FLOAT32_MATMUL_PRECISION", "highest")
+    torch.set_float32_matmul_precision(value if value in ("highest", "high") else "highest")
+
+
 def import_candidate(path: Path, name: str):
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
@@ -231,6 +239,7 @@ class Worker:
         for case in self.request["cases"]:
             pm = self.problem(case)
             progress(case, "timing")
+            matmul_precision(pm)
             sets = self._input_sets(pm, case)
             measured: dict[str, Any] = {}
             with torch.no_grad():
@@ -288,6 +297,7 @@ class Worker:
         for case in self.request["cases"]:
             pm = self.problem(case)
             progress(case, "remeasure")
+            matmul_precision(pm)
             sets = self._input_sets(pm, case)
             with torch.no_grad():
                 ref = self._reference(pm, case)

@@ -196,3 +196,12 @@ def test_an_unknown_time_case_is_refused_with_the_valid_ids():
     msg = str(err.value)
     assert "unknown case id 'M=4096,N=4096|bfloat16'" in msg
     assert "valid ids: M=8,N=256|float32, M=8,N=256|bfloat16" in msg
+
+
+def test_a_problem_declares_whether_its_fp32_baselines_may_use_tf32(tmp_path):
+    assert load_problem("matmul_epilogue").float32_matmul_precision == "high"  # its tolerance admits TF32
+    assert load_problem("layernorm").float32_matmul_precision == "highest"  # the default: IEEE fp32
+    src = (Path(load_problem("row_sum").source_path)).read_text()
+    (tmp_path / "loose.py").write_text(src + '\nFLOAT32_MATMUL_PRECISION = "medium"\n')
+    with pytest.raises(ProblemError, match="FLOAT32_MATMUL_PRECISION must be 'highest'.*not 'medium'"):
+        load_problem(str(tmp_path / "loose.py"))

@@ -13,6 +13,10 @@ the harness reads when present:
                          common block sizes.
 - `DTYPES: tuple[str, ...]`         floating dtypes the problem is declared for ("float32", "bfloat16")
 - `TOLERANCES: dict[str, tuple[float, float]]`  optional (atol, rtol) overrides per dtype
+- `FLOAT32_MATMUL_PRECISION: str`  optional, "highest" (default: IEEE fp32) or "high" (TF32). A problem
+                         whose float32 tolerance admits TF32 must say "high": the baselines are then
+                         timed with TF32 matmuls too, so a TF32 kernel is not credited for its precision
+                         against an IEEE-fp32 cuBLAS call (on the H200 that alone looked like 4.3-4.9x).
 - `bytes_moved(params, itemsize) -> int`   optional byte model (fewest bytes through memory)
 - `flops(params) -> int`                   optional flop model
 
