@@ -127,8 +127,10 @@ def register(app: typer.Typer) -> None:
         stall: Optional[int] = typer.Option(30, help="stop after this many evaluations without improvement"),
         seed: int = typer.Option(0, help="random seed of the proposer"),
         max_cost: Optional[float] = typer.Option(None, help="stop when LLM spend reaches this many USD"),
-        batch: int = typer.Option(1, help="candidates per step"),
-        workers: int = typer.Option(1, help="evaluations in parallel"),
+        batch: int = typer.Option(1, help="candidates per step: checked in parallel, then timed together in one process"),
+        workers: int = typer.Option(1, help="correctness checks in parallel (timings never overlap anything)"),
+        compile_every: bool = typer.Option(False, "--compile-every", help="time torch.compile with every batch, not "
+                                                                           "only with the seed and the final re-measure"),
         trials: int = typer.Option(2, help="correctness trials per shape"),
         time_case: Optional[List[str]] = typer.Option(
             None, "--time-case", help="time only this case id, e.g. 'M=4096,N=4096|bfloat16' (repeatable)"),
@@ -142,7 +144,7 @@ def register(app: typer.Typer) -> None:
             raise SessionError(f"--proposer must be template or llm (got {proposer!r})")
         config = SessionConfig(problem=problem, device=device, proposer=proposer, model=model, api_base=api_base,
                                budget=budget, minutes=minutes, target_speedup=target_speedup, stall=stall,
-                               seed=seed, max_cost_usd=max_cost, batch=batch, workers=workers,
+                               seed=seed, max_cost_usd=max_cost, batch=batch, workers=workers, compile_every=compile_every,
                                trials=trials, time_cases=tuple(time_case or ())).check()
         err = Console(stderr=True)
         with _open_store(store) as st, _ProgressView(err) as view:

@@ -19,6 +19,7 @@ from typing import Any
 
 from evaluation.errors import ProblemError
 from evaluation.records import DEFAULT_TOLERANCES, ProblemInfo, ShapeCase, Tolerance
+from evaluation.static_check import parse
 
 PROBLEMS_DIR = Path(__file__).resolve().parent / "problems"
 SEEDS_DIR = Path(__file__).resolve().parent / "seeds"
@@ -52,7 +53,7 @@ def read_source(path: Path) -> str:
 
 def parse_source(source: str, path: Path) -> ast.Module:
     try:
-        return ast.parse(source, filename=str(path))
+        return parse(source, filename=str(path))
     except SyntaxError as exc:
         raise ProblemError(f"syntax error in problem file {path} line {exc.lineno}: {exc.msg}") from None
 
@@ -132,7 +133,7 @@ def init_inputs(module: types.ModuleType) -> list[Any]:
 
 def normalized_source(source: str) -> str:
     """Comments, blank lines and trailing spaces do not change a problem's identity."""
-    return ast.unparse(ast.parse(source))
+    return ast.unparse(parse(source))
 
 
 def problem_id(source: str, cases: list[ShapeCase] | tuple[ShapeCase, ...]) -> str:

@@ -12,6 +12,7 @@ Not here on purpose: os.kill, os._exit and sys.exit. Process isolation has to pr
 from __future__ import annotations
 
 import ast
+import threading
 from dataclasses import dataclass
 
 RULES: dict[str, str] = {
@@ -210,10 +211,21 @@ class _Checker(ast.NodeVisitor):
             self.flag("ProcessSpawn", node, f"use of {path}")
 
 
+# CPython 3.11's parser is not safe to enter from two threads at once ("SystemError: AST constructor
+# recursion depth mismatch"), and an executor checks a batch of candidates in threads.
+_PARSE_LOCK = threading.Lock()
+
+
+def parse(source: str, filename: str = "<unknown>") -> ast.Module:
+    """ast.parse, one thread at a time."""
+    with _PARSE_LOCK:
+        return ast.parse(source, filename=filename)
+
+
 def check_source(source: str, problem_module: str | None = None) -> StaticReport:
     """Parse and check a candidate. `problem_module` is the reference file's stem (not importable)."""
     try:
-        tree = ast.parse(source)
+        tree = parse(source)
     except SyntaxError as exc:
         return StaticReport(f"line {exc.lineno}: {exc.msg}", False, ())
     checker = _Checker(problem_module)

@@ -280,3 +280,37 @@ def test_an_unknown_time_case_stops_optimize_before_any_run(tmp_path, capsys):
     assert "unknown case id 'M=1|float32' for --time-case" in capsys.readouterr().err
     with Store.open(tmp_path) as st:
         assert st.list_runs() == []
+
+
+class RecordingExecutor:
+    """The real local executor, noting which baselines each batch asked the timing for."""
+
+    def __init__(self):
+        from agent.executor import LocalExecutor
+
+        self.inner = LocalExecutor(2, trials=1)
+        self.batches: list[tuple[int, tuple[str, ...]]] = []
+
+    def submit(self, source, problem, device):
+        return self.inner.submit(source, problem, device)
+
+    def evaluate_batch(self, sources, problem, device, *, baselines):
+        self.batches.append((len(sources), tuple(baselines)))
+        return self.inner.evaluate_batch(sources, problem, device, baselines=baselines)
+
+    def close(self):
+        self.inner.close()
+
+
+@pytest.mark.parametrize("compile_every", [False, True])
+def test_torch_compile_is_timed_with_the_seed_and_only_on_request_with_later_batches(home, compile_every):
+    ex = RecordingExecutor()
+    config = SessionConfig(problem="layernorm", device="cpu", budget=3, batch=2, workers=2, trials=1,
+                           compile_every=compile_every)
+    with Store.open(home) as st:
+        run_id = start(config, st, executor=ex)
+        passed = [r.passed for _, r in search_evals(st, run_id)]
+    ex.close()
+    later = ("eager", "torch_compile") if compile_every else ("eager",)
+    assert ex.batches == [(1, ("eager", "torch_compile")), (2, later)]
+    assert passed == [True, True, True]
