@@ -220,30 +220,25 @@ def time_many(
         return out
     seed = secrets.randbelow(2**31 - 1024) if seed is None else seed
     timed = _time_batch([items[i][0] for i in todo], info, dev, seed, timeout_s * len(todo), baselines)
-    if timed is None and len(todo) > 1:
-        timed = [_time_batch([items[i][0]], info, dev, seed, timeout_s, baselines) for i in todo]
-        timed = [t[0] if isinstance(t, list) else t for t in timed]
-    elif timed is None:
-        timed = [None]
+    if timed is None:  # the shared process failed: one process each, so the culprit gets its own status
+        timed = [_time_batch([items[i][0]], info, dev, seed, timeout_s, baselines)[0] for i in todo]
+    notes = [] if set(baselines) == set(BASELINES) else [f"baselines timed: {', '.join(baselines)}"]
+    if info.float32_matmul_precision == "high" and any(c.dtype == "float32" for _, c in timed_cases(info)):
+        notes.append("float32 baselines ran with TF32 matmuls, as the problem's tolerance admits")
     for i, fields in zip(todo, timed):
-        fields = fields or {}
         prior = items[i][1]
-        notes = [] if set(baselines) == set(BASELINES) else [f"baselines timed: {', '.join(baselines)}"]
-        if info.float32_matmul_precision == "high" and any(c.dtype == "float32" for _, c in timed_cases(info)):
-            notes.append("float32 baselines ran with TF32 matmuls, as the problem's tolerance admits")
-        note = "; ".join(notes) or None
         out[i] = prior.model_copy(update=dict(
-            duration_s=prior.duration_s + fields.pop("elapsed_s", 0.0), timing_note=note,
+            duration_s=prior.duration_s + fields.pop("elapsed_s"), timing_note="; ".join(notes) or None,
             stderr_tail=fields.pop("stderr_tail", prior.stderr_tail), **fields))
     return out
 
 
 def _time_batch(sources: list[str], info: ProblemInfo, dev: str, seed: int, timeout_s: float,
-                baselines: tuple[str, ...]) -> list[dict] | dict | None:
+                baselines: tuple[str, ...]) -> list[dict] | None:
     """One timing process for `sources`: per source, the fields to update its EvalResult with.
 
-    None when the process failed as a whole and there were several sources (the caller retries each
-    alone); with one source, its failure comes back as that source's fields (a dict)."""
+    None when the process failed as a whole with several sources (the caller retries each alone);
+    with a single source, that failure is the source's own status."""
     from evaluation.ceiling import copy_ceiling_gbps
     from evaluation.problem import exec_problem
 
