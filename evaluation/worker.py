@@ -205,6 +205,14 @@ class Worker:
 
         return [make_inputs(pm, case["dtype"], seed, 0, self.device) for seed in case["seeds"]]
 
+    def _timed_case_setup(self, case: dict, what: str) -> tuple[Any, list[list[Any]]]:
+        """The problem bound to the case, its fp32 matmul precision set, and the rotated input sets:
+        the same for a timing and a re-measure, so the two can never time a case differently."""
+        pm = self.problem(case)
+        progress(case, what)
+        matmul_precision(pm)
+        return pm, self._input_sets(pm, case)
+
     def _import_candidates(self, snapshot) -> tuple[dict[str, Any], dict[str, str]]:
         """Every candidate file of the request, imported under its own module name; errors per name."""
         modules, errors = {}, {}
@@ -237,10 +245,7 @@ class Worker:
         wanted = self.request.get("baselines", ["eager", "torch_compile"])
         cases = []
         for case in self.request["cases"]:
-            pm = self.problem(case)
-            progress(case, "timing")
-            matmul_precision(pm)
-            sets = self._input_sets(pm, case)
+            pm, sets = self._timed_case_setup(case, "timing")
             measured: dict[str, Any] = {}
             with torch.no_grad():
                 for name, module in modules.items():
@@ -295,10 +300,7 @@ class Worker:
         rounds, per_round = self.request["rounds"], self.request["samples_per_round"]
         cases = []
         for case in self.request["cases"]:
-            pm = self.problem(case)
-            progress(case, "remeasure")
-            matmul_precision(pm)
-            sets = self._input_sets(pm, case)
+            pm, sets = self._timed_case_setup(case, "remeasure")
             with torch.no_grad():
                 ref = self._reference(pm, case)
                 runners = {"__baseline__": bench.prepare(ref, sets)}
