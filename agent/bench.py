@@ -7,10 +7,11 @@
 On an H200, `--workers 8 --batch 8` checks 8 siblings in parallel and times them in one process: about
 43 s per batch for layernorm (the seed's own evaluation, with its torch.compile baseline, about 32 s).
 
-Timing every declared case in both dtypes makes a 60-evaluation search too slow, so each search times a
-single case (`--time-case`); correctness is still proven on the full shape/dtype set. The case is the
-first one tagged "representative" and "timed" in --dtype (on the CPU: the first CPU case in --dtype),
-or the one given by --case-PROBLEM.
+The search is for a --dtype kernel: correctness is proven on every declared shape in that dtype
+(`kscout optimize --dtype`), and each search times a single case (`--time-case`), since timing every
+declared case makes a 60-evaluation search too slow. The timed case is the first one tagged
+"representative" and "timed" in --dtype (on the CPU: the first CPU case in --dtype), or the one given by
+--case-PROBLEM.
 
 Where each number comes from (the `source` column says which applied):
   - p50, GB/s, % of ceiling, x eager: the best's interleaved re-measure ("remeasure"), else its search
@@ -173,7 +174,7 @@ def run_bench(problems: list[str], *, budget: int, dtype: str, device: str, out:
     with Store.open(home) as store:
         for i, problem in enumerate(problems, 1):
             config = SessionConfig(problem=problem, device=device_kind, proposer="template", budget=budget,
-                                   stall=None, seed=seed, trials=trials, time_cases=(chosen[problem],),
+                                   stall=None, seed=seed, trials=trials, time_cases=(chosen[problem],), dtypes=(dtype,),
                                    workers=workers, batch=batch, minutes=minutes)
             t0 = time.monotonic()
 

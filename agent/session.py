@@ -67,11 +67,13 @@ class SessionConfig(_Frozen):
     compile_every: bool = False  # time torch.compile with every batch, not only with the seed and the re-measure
     remeasure_rounds: int = 5
     time_cases: tuple[str, ...] = ()  # case ids timed instead of the problem's declared "timed" cases
+    dtypes: tuple[str, ...] = ()  # the declared dtypes this search proves and times (empty: all of them)
 
     def load_problem(self, device_kind: str) -> ProblemInfo:
         import evaluation
 
-        return evaluation.load_problem(self.problem, device=device_kind, timed=list(self.time_cases) or None)
+        return evaluation.load_problem(self.problem, device=device_kind, timed=list(self.time_cases) or None,
+                                       dtypes=list(self.dtypes) or None)
 
     def check(self) -> "SessionConfig":
         if self.budget < 1:

@@ -203,9 +203,22 @@ def _select_timed(cases: list[ShapeCase], timed: list[str] | tuple[str, ...]) ->
     return out
 
 
+def _select_dtypes(declared: tuple[str, ...], wanted: list[str] | tuple[str, ...] | None, path) -> tuple[str, ...]:
+    if not wanted:
+        return declared
+    unknown = [d for d in dict.fromkeys(wanted) if d not in declared]
+    if unknown:
+        raise ProblemError(f"{Path(path).stem} does not declare dtype {', '.join(map(repr, unknown))}; "
+                           f"its dtypes: {', '.join(declared)}")
+    return tuple(d for d in declared if d in wanted)
+
+
 def load_problem(spec: str, device: str = "cpu", overrides: dict[str, int] | None = None,
-                 timed: list[str] | tuple[str, ...] | None = None) -> ProblemInfo:
-    """`timed`: case ids (ShapeCase.case_id) that become the only cases timed; None keeps the declared tags."""
+                 timed: list[str] | tuple[str, ...] | None = None,
+                 dtypes: list[str] | tuple[str, ...] | None = None) -> ProblemInfo:
+    """`timed`: case ids (ShapeCase.case_id) that become the only cases timed; None keeps the declared tags.
+    `dtypes`: keep only these of the declared dtypes (a kernel wanted for bf16 alone is proven and timed in
+    bf16 alone); None keeps them all."""
     from evaluation import shapes
     from evaluation.fingerprint import resolve_device
 
@@ -224,7 +237,7 @@ def load_problem(spec: str, device: str = "cpu", overrides: dict[str, int] | Non
     shape_params = _declared_cases(module, device_kind, overrides)
     if shape_params is None:
         shape_params = shapes.derive_cases(path, constants, device_kind, overrides)
-    dtypes = tuple(getattr(module, "DTYPES", DEFAULT_DTYPES))
+    dtypes = _select_dtypes(tuple(getattr(module, "DTYPES", DEFAULT_DTYPES)), dtypes, path)
     cases = [
         ShapeCase(case_id=case_id(params, dtype), params=params, dtype=dtype, tags=tags)
         for params, tags in shape_params

@@ -190,6 +190,25 @@ def test_the_timed_selection_is_part_of_the_problem_identity():
     assert len({one.problem_id, two.problem_id, load_problem("layernorm", "cuda").problem_id}) == 3
 
 
+def test_dtype_selection_keeps_every_declared_shape_in_only_the_chosen_dtype():
+    full = load_problem("layernorm", "cuda")
+    bf16 = load_problem("layernorm", "cuda", dtypes=["bfloat16"])
+    assert bf16.dtypes == ("bfloat16",) and set(bf16.tolerances) == {"bfloat16"}
+    assert [c.case_id for c in bf16.shape_cases] == [c.case_id for c in full.shape_cases if c.dtype == "bfloat16"]
+    assert len(bf16.shape_cases) == 8
+    # a narrower correctness set is another problem: no evaluation proven on one is reused for the other
+    assert bf16.problem_id != full.problem_id
+    # declared order wins over the order asked for, so the identity does not depend on it
+    both = load_problem("layernorm", "cuda", dtypes=["bfloat16", "float32"])
+    assert both.dtypes == ("float32", "bfloat16") and both.problem_id == full.problem_id
+
+
+def test_an_undeclared_dtype_is_refused_with_the_declared_ones():
+    with pytest.raises(ProblemError) as err:
+        load_problem("layernorm", "cpu", dtypes=["float16"])
+    assert str(err.value) == "layernorm does not declare dtype 'float16'; its dtypes: float32, bfloat16"
+
+
 def test_an_unknown_time_case_is_refused_with_the_valid_ids():
     with pytest.raises(ProblemError) as err:
         load_problem("layernorm", "cpu", timed=["M=4096,N=4096|bfloat16"])

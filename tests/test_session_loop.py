@@ -271,6 +271,22 @@ def test_time_case_is_stored_with_the_run_and_resume_times_the_same_case(home, c
     assert run.problem_id == picked.problem_id and run.status is RunStatus.finished
 
 
+def test_dtype_option_proves_only_that_dtype_and_is_kept_for_resume(home, capsys):
+    from agent.cli import main
+
+    main(["optimize", "layernorm", "--device", "cpu", "--budget", "1", "--trials", "1", "--dtype", "bfloat16",
+          "--store", str(home), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert out["problem_id"] == evaluation.load_problem("layernorm", device="cpu", dtypes=["bfloat16"]).problem_id
+    with Store.open(home) as st:
+        assert SessionConfig.model_validate_json(st.get_run(out["run_id"]).config_json).dtypes == ("bfloat16",)
+        (_, _, _, result), = st.evaluations(run_id=out["run_id"])
+    assert result.status.value == "passed"
+    assert sorted(s.case_id for s in result.shape_results) == ["M=1,N=64|bfloat16", "M=3,N=1|bfloat16",
+                                                               "M=5,N=1000|bfloat16", "M=7,N=97|bfloat16",
+                                                               "M=8,N=256|bfloat16"]
+
+
 def test_an_unknown_time_case_stops_optimize_before_any_run(tmp_path, capsys):
     from agent.cli import main
 
