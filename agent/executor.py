@@ -6,9 +6,11 @@ overlap, and no correctness run may overlap a timing (each would slow the other 
 would lie). `evaluate_batch`, the session's path, therefore works in two phases: correctness for the
 whole batch in parallel, then one timing process for every candidate of the batch that passed
 (`evaluation.time_many`: one process start, one measurement of each baseline, siblings compared on
-the same inputs), under `timing_lock`. `submit` judges one candidate alone (correctness in the pool,
-timing under the lock). A fleet executor (Ray tasks placed by device resource) implements the same
-methods.
+the same inputs), under `timing_lock`. A check that ran out of device memory while other checks
+shared the GPU is not the candidate's failure yet: it is run again once the parallel phase is over,
+with the GPU to itself, and that verdict stands. `submit` judges one candidate alone (correctness in
+the pool, timing under the lock). A fleet executor (Ray tasks placed by device resource) implements
+the same methods.
 """
 
 from __future__ import annotations
@@ -18,6 +20,13 @@ from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from typing import Callable, Iterable, Iterator, Optional, Protocol
 
 from evaluation.records import BASELINES, EvalResult, ProblemInfo
+
+
+def _out_of_memory(outcome: "EvalResult | BaseException") -> bool:
+    """A check that ran out of device memory: the parent raised it, or the worker reported it."""
+    if isinstance(outcome, BaseException):
+        return type(outcome).__name__ == "OutOfMemoryError"
+    return outcome.error_class == "OutOfMemoryError"
 
 
 class Executor(Protocol):
@@ -84,9 +93,26 @@ class LocalExecutor:
         """Yield (position, result) as each lands: failures as soon as their check ends, the passing
         candidates after one shared timing once the whole batch is checked (on the CPU, at once)."""
         futures = {self._pool.submit(self._check, s, problem, device): i for i, s in enumerate(sources)}
+        shared = device != "cpu" and self.workers > 1 and len(sources) > 1
         passed: list[tuple[int, EvalResult]] = []
+        starved: list[int] = []
         for future in as_completed(futures):
-            i, result = futures[future], future.result()
+            i = futures[future]
+            try:
+                result = future.result()
+            except Exception as exc:
+                if not (shared and _out_of_memory(exc)):
+                    raise
+                starved.append(i)
+                continue
+            if shared and _out_of_memory(result):
+                starved.append(i)
+            elif device != "cpu" and result.passed:
+                passed.append((i, result))
+            else:
+                yield i, result
+        for i in sorted(starved):  # the parallel phase is over: each has the GPU to itself
+            result = self._check(sources[i], problem, device)
             if device != "cpu" and result.passed:
                 passed.append((i, result))
             else:

@@ -139,7 +139,8 @@ WATCHED = (
     ("torch", ("allclose", "isclose", "equal", "save", "load", "manual_seed", "randn", "rand", "randint",
                "empty", "no_grad")),
     ("torch.testing", ("assert_close",)),
-    ("torch.Tensor", ("copy_", "clone", "cpu", "to", "detach", "__eq__", "data_ptr", "untyped_storage")),
+    ("torch.Tensor", ("copy_", "clone", "cpu", "to", "detach", "__eq__", "data_ptr", "untyped_storage", "view",
+                      "reshape", "contiguous")),
     ("torch.nn.Module", ("__call__", "load_state_dict", "state_dict", "to")),
     ("torch.cuda", ("synchronize", "graph", "Event", "CUDAGraph", "mem_get_info", "memory_snapshot")),
     ("torch.cuda.Event", ("elapsed_time", "record", "synchronize")),
@@ -220,3 +221,21 @@ def shares_memory(output, inputs) -> bool:
         if any(lo < ihi and ilo < hi for ilo, ihi in ins):
             return True
     return False
+
+
+def same_bits(a: Any, b: Any) -> bool:
+    """Equal dtype, shape and bytes (NaN payloads and -0.0 included); non-tensors by ==."""
+    import torch
+
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+            return False
+        if a.dtype != b.dtype or a.shape != b.shape:
+            return False
+        return torch.equal(a.reshape(-1).contiguous().view(torch.uint8), b.reshape(-1).contiguous().view(torch.uint8))
+    return a == b
+
+
+def mutated(inputs: list[Any], pristine: list[Any]) -> list[int]:
+    """Positions of the inputs whose bits differ from the copies taken before the forward."""
+    return [i for i, (a, b) in enumerate(zip(inputs, pristine)) if not same_bits(a, b)]

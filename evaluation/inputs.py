@@ -55,13 +55,29 @@ def make_inputs(module, dtype: str, seed: int, trial: int, device: str) -> list[
             x = x.detach()
             if x.is_floating_point():
                 if trial:
-                    wide = x.to(torch.float64)
-                    signed = bool((wide < 0).any()) and bool((wide > 0).any())
-                    x = wide * scale + (shift if signed else 0.0)
+                    x = _rescaled(x, scale, shift, target)
                 x = x.to(target)
             x = x.to(device)
         out.append(x)
     return out
+
+
+def _rescaled(x, scale: float, shift: float, target):
+    """x * scale (+ shift when x has both signs), in float32 for every target narrower than float64.
+
+    One float32 copy, scaled in place. The float64 temporaries this used to make took several times
+    the tensor (over 30 GB at the peak of one 8192 x 128256 logits draw), and a parent judging several
+    candidates next to their workers ran out of an H200's memory. Narrow targets lose nothing: the
+    float32 result is rounded to bf16/fp16 anyway, and for float32 x * 4 + 1.5 is exact up to that one
+    rounding either way (x * 0.01 may differ in the last bit: other inputs, the same test)."""
+    import torch
+
+    signed = bool((x < 0).any()) and bool((x > 0).any())
+    y = x.to(torch.float64 if target == torch.float64 else torch.float32, copy=True)  # never the caller's tensor
+    y.mul_(scale)
+    if signed and shift:
+        y.add_(shift)
+    return y
 
 
 def poison_memory(device: str, inputs: list[Any]) -> None:

@@ -6,7 +6,8 @@ to compare; `timing` measures the candidate and the baselines on a GPU; `remeasu
 candidates interleaved with the eager baseline. Whatever the candidate does to this process (raise,
 exit, kill itself, corrupt memory), the parent learns it from the exit status or from status.json.
 Checks here (launches, PyTorch compute, aliasing, patched harness) are installed before the candidate
-is imported; mutated inputs and wrong answers are judged by the parent.
+is imported, and inputs are compared with copies taken before each forward; wrong answers are judged
+by the parent, against its own reference.
 """
 
 from __future__ import annotations
@@ -112,7 +113,7 @@ class Worker:
     def correctness(self) -> dict[str, Any]:
         import torch
 
-        from evaluation.guards import ComputeWatch, HarnessSnapshot, LaunchCounter
+        from evaluation.guards import ComputeWatch, HarnessSnapshot, LaunchCounter, mutated
         from evaluation.inputs import make_inputs
 
         counter = LaunchCounter()
@@ -139,15 +140,20 @@ class Worker:
                 raise Stop("compile_error", "compile", type(exc).__name__,
                            f"building ModelNew for {case['case_id']}: {one_line(exc)}")
             for trial, seed in enumerate(case["seeds"]):
-                inputs = make_inputs(pm, case["dtype"], seed, trial, self.device)
-                out = self._checked_call(model, inputs, counter, snapshot, f"{case['case_id']} trial {trial}")
+                where = f"{case['case_id']} trial {trial}"
+                try:
+                    inputs = make_inputs(pm, case["dtype"], seed, trial, self.device)
+                    pristine = [t.clone() if isinstance(t, torch.Tensor) else t for t in inputs]
+                except Exception as exc:  # out of device memory, as a rule: say so, do not just die
+                    raise Stop("crashed", "correctness", type(exc).__name__, f"drawing inputs for {where}: {one_line(exc)}")
+                out = self._checked_call(model, inputs, counter, snapshot, where)
+                changed = mutated(inputs, pristine)
+                if changed:
+                    raise Stop("rejected", "correctness", "MutatedInput", f"forward modified input(s) {changed} on {where}")
                 launches += counter.count
-                protocol.save_atomic(
-                    self.scratch / protocol.result_name(case["index"], trial),
-                    {"nonce": self.nonce, "outputs": protocol.package(out),
-                     "inputs": [t.detach().cpu().clone() if isinstance(t, torch.Tensor) else t for t in inputs]},
-                )
-                del out, inputs
+                protocol.save_atomic(self.scratch / protocol.result_name(case["index"], trial),
+                                     {"nonce": self.nonce, "outputs": protocol.package(out)})
+                del out, inputs, pristine
             del model
             if self.device == "cuda":  # eight workers share one GPU: give each case's blocks back
                 torch.cuda.empty_cache()

@@ -146,6 +146,36 @@ def test_scratch_goes_to_kscout_scratch_then_to_a_roomy_dev_shm(monkeypatch, tmp
     assert harness.scratch_root() is None
 
 
+def test_a_draw_that_does_not_fit_waits_for_the_workers_peaks_then_gives_up(monkeypatch):
+    """Re-drawing a trial's inputs must happen on the device (the worker drew them there); when the
+    device is full the parent waits and retries, and after the last retry the error reaches the
+    executor, which checks the candidate again with the GPU to itself."""
+    from evaluation import correctness
+
+    monkeypatch.setattr(correctness, "_OOM_BACKOFF_S", 0.0)
+    run = correctness.CorrectnessRun(SEED, load_problem("layernorm", "cpu"), "cuda", 1, 0)
+    attempts = []
+
+    def draw(fail_times):
+        def fn():
+            attempts.append(1)
+            if len(attempts) <= fail_times:
+                raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+            return "drawn"
+        return fn
+
+    assert run._waiting_for_memory(draw(2)) == "drawn" and len(attempts) == 3
+    attempts.clear()
+    with pytest.raises(torch.OutOfMemoryError):
+        run._waiting_for_memory(draw(99))
+    assert len(attempts) == correctness._OOM_RETRIES + 1 == 5
+    attempts.clear()
+    run.device = "cpu"  # host memory does not come back by waiting
+    with pytest.raises(torch.OutOfMemoryError):
+        run._waiting_for_memory(draw(99))
+    assert len(attempts) == 1
+
+
 def test_a_judgement_that_runs_out_of_device_memory_is_redone_on_the_host(monkeypatch):
     """The parent's float64 reference can exhaust a GPU shared with many workers; the verdict must not
     be lost (or blamed on the candidate): that result is judged again on the host."""

@@ -141,7 +141,7 @@ def test_integer_inputs_keep_dtype_and_values_while_floats_are_cast_and_rescaled
     assert torch.equal(plain[1], scaled[1])
     torch.manual_seed(11)
     raw, _ = module.get_inputs()
-    assert torch.equal(scaled[0], (raw.double() * 4 + 1.5).to(torch.bfloat16))
+    assert torch.equal(scaled[0], (raw * 4 + 1.5).to(torch.bfloat16))
     assert torch.equal(make_inputs(module, "bfloat16", seed=11, trial=1, device="cpu")[0], scaled[0])
 
 
@@ -154,8 +154,25 @@ def test_non_negative_inputs_are_only_scaled_never_shifted(tmp_path):
     module = exec_problem(problem)
     torch.manual_seed(3)
     raw = module.get_inputs()[0]
-    assert torch.equal(make_inputs(module, "float32", 3, 1, "cpu")[0], (raw.double() * 4).float())
-    assert torch.equal(make_inputs(module, "float32", 3, 2, "cpu")[0], (raw.double() * 0.01).float())
+    assert torch.equal(make_inputs(module, "float32", 3, 1, "cpu")[0], raw * 4)
+    assert torch.equal(make_inputs(module, "float32", 3, 2, "cpu")[0], raw * 0.01)
+    # a float64 case scales in float64: the trial's inputs are as exact as its dtype
+    assert torch.equal(make_inputs(module, "float64", 3, 2, "cpu")[0], raw.double() * 0.01)
+
+
+def test_rescaling_never_writes_into_the_tensor_get_inputs_returned(tmp_path):
+    """The scale is applied in place to a copy: a problem that hands out one module-level tensor (or the
+    same tensor twice) must not see it rescaled, and trial 1 must not compound on trial 0."""
+    problem = tmp_path / "shared.py"
+    problem.write_text(
+        "import torch\nclass Model(torch.nn.Module):\n    def forward(self, a, b):\n        return a + b\n"
+        "X = torch.linspace(-1.0, 1.0, 9)\ndef get_inputs():\n    return [X, X]\n"
+    )
+    module = exec_problem(problem)
+    before = module.X.clone()
+    a, b = make_inputs(module, "float32", 0, 1, "cpu")
+    assert torch.equal(module.X, before)
+    assert torch.equal(a, before * 4 + 1.5) and torch.equal(b, a)  # each scaled once, not twice
 
 
 def test_tolerances_declared_in_the_problem_override_the_defaults(tmp_path):

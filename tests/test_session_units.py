@@ -5,6 +5,7 @@ import threading
 import time
 
 import pytest
+import torch
 
 from agent.executor import LocalExecutor
 from agent.session import pick_best
@@ -165,6 +166,58 @@ def test_a_gpu_batch_checks_in_parallel_then_times_the_passing_candidates_in_one
     assert rec.timing_calls == [(["a", "c", "d", "f"], ("eager",))]  # one timing, passing ones only, in order
     assert rec.peak == {"check": 3, "time": 1} and rec.overlap == 0  # no check ever ran during the timing
     assert {landed[0][1].status, landed[1][1].status} == {Status.incorrect}  # failures land before the timing
+
+
+class Crowded(Recorder):
+    """Checks that run out of device memory whenever another check shares the GPU: "oom" candidates
+    report it from the worker, "raise" candidates from the parent (its own draw never fitting)."""
+
+    def __init__(self, always: bool = False):
+        super().__init__()
+        self.always = always  # out of memory even alone: the candidate's own doing
+        self.alone: list[str] = []
+        self.checks: list[str] = []
+
+    def evaluate(self, source, problem, *, device, timeout_s, trials, time_it=True):
+        self._enter("check")
+        time.sleep(0.05)
+        with self.lock:
+            crowded = self.always or self.active["check"] > 1
+            self.checks.append(source)
+            if self.active["check"] == 1:
+                self.alone.append(source)
+        self._leave("check")
+        if crowded and source.startswith("raise"):
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        if crowded and source.startswith("oom"):
+            return EvalResult(status=Status.crashed, failed_stage="correctness", error_class="OutOfMemoryError",
+                              message="CUDA out of memory", candidate_sha256=source, problem_id="p1",
+                              problem_name="layernorm", device="cuda", fingerprint=FP,
+                              started_at="2026-01-01T00:00:00+00:00", duration_s=1.0)
+        return timed(source, status=Status.passed)
+
+
+def test_a_check_starved_of_device_memory_by_its_siblings_is_checked_again_alone():
+    rec = Crowded()
+    with LocalExecutor(4, evaluate=rec.evaluate, time_many=rec.time_many) as ex:
+        landed = dict(ex.evaluate_batch(["a", "oom1", "raise1", "b"], PROBLEM, "cuda", baselines=("eager",)))
+    assert {i: r.status for i, r in landed.items()} == {i: Status.passed for i in range(4)}
+    assert {"oom1", "raise1"} <= set(rec.alone)  # the verdict that stands came from a check with the GPU to itself
+    assert rec.timing_calls == [(["a", "oom1", "raise1", "b"], ("eager",))]  # then timed with the rest
+    assert rec.overlap == 0
+
+
+def test_running_out_of_memory_with_the_gpu_to_itself_is_the_candidates_own_failure():
+    rec = Crowded(always=True)
+    with LocalExecutor(1, evaluate=rec.evaluate, time_many=rec.time_many) as ex:  # one worker: nothing shared
+        (i, result), = ex.evaluate_batch(["oom1"], PROBLEM, "cuda")
+    assert (i, result.status, result.error_class) == (0, Status.crashed, "OutOfMemoryError")
+    assert rec.checks == ["oom1"] and rec.timing_calls == []
+    rec = Crowded(always=True)
+    with LocalExecutor(3, evaluate=rec.evaluate, time_many=rec.time_many) as ex:  # shared, then alone: still OOM
+        landed = dict(ex.evaluate_batch(["oom1", "a"], PROBLEM, "cuda"))
+    assert (landed[0].status, landed[0].error_class) == (Status.crashed, "OutOfMemoryError")
+    assert rec.checks.count("oom1") == 2 and rec.alone[-1] == "oom1"
 
 
 def test_single_submissions_time_one_at_a_time_against_both_baselines():
