@@ -4,8 +4,11 @@
         --dtype bfloat16 [--workers 8 --batch 8] [--minutes M] [--case-layernorm 'M=4096,N=4096'] \
         [--device auto] --out DIR
 
-On an H200, `--workers 8 --batch 8` checks 8 siblings in parallel and times them in one process: about
-43 s per batch for layernorm (the seed's own evaluation, with its torch.compile baseline, about 32 s).
+On an H200, `--batch 8` checks 8 siblings in parallel and times them in one process: about 24 s per
+batch for cross_entropy with `--workers 4` (its seed's own evaluation, with the torch.compile
+baseline, about 34 s); at --budget 60 a search takes 4-6 minutes. Give cross_entropy at most 4
+workers: each holds copies of 8192 x 128256 logits, and a check that runs out of device memory is
+redone alone, after its batch's parallel checks.
 
 The search is for a --dtype kernel: correctness is proven on every declared shape in that dtype
 (`kscout optimize --dtype`), and each search times a single case (`--time-case`), since timing every
