@@ -100,12 +100,17 @@ def top_level_names(tree: ast.Module) -> set[str]:
 
 
 def exec_problem(path: Path | str, params: dict[str, int] | None = None) -> types.ModuleType:
-    """Execute the problem file as a fresh module (never registered in sys.modules).
+    """Execute the problem file as a fresh module (never registered in sys.modules)."""
+    path = Path(path)
+    return exec_problem_source(read_source(path), path, params)
+
+
+def exec_problem_source(source: str, path: Path | str, params: dict[str, int] | None = None) -> types.ModuleType:
+    """Execute a problem's source text as a fresh module; `path` names it in messages and tracebacks.
 
     The KernelBench names are checked in the syntax tree first: a file that is not a problem (a
     script, a candidate) is refused before any of its code runs."""
     path = Path(path)
-    source = read_source(path)
     tree = parse_source(source, path)
     for required in ("Model", "get_inputs"):
         if required not in top_level_names(tree):
@@ -266,6 +271,8 @@ def load_problem(spec: str, device: str = "cpu", overrides: dict[str, int] | Non
         has_flop_model=callable(getattr(module, "flops", None)),
         float32_matmul_precision=precision,
         seed_path=str(seed) if seed is not None and seed.is_file() else None,
+        source=source,
+        seed_source=seed.read_text() if seed is not None and seed.is_file() else None,
     )
 
 

@@ -269,6 +269,10 @@ class ProblemInfo(Record):
     has_flop_model: bool = False
     float32_matmul_precision: str = "highest"  # "high": fp32 baselines are timed with TF32 matmuls (see problems/)
     seed_path: Optional[str] = None  # built-in problems ship a simple correct Triton seed
+    # The problem travels by value: a worker or a remote node runs this text (checked against
+    # source_sha256), never the path, which only the machine that loaded the problem has.
+    source: str = ""
+    seed_source: Optional[str] = None
 
 
 def source_sha256(source: str) -> str:

@@ -1,9 +1,9 @@
-"""`python -m agent.bench` on the CPU: a tiny search per problem, one CSV row each, no speed claimed."""
+"""`python -m agent.search.bench` on the CPU: a tiny search per problem, one CSV row each, no speed claimed."""
 
 import csv
 import shutil
 
-from agent.bench import CSV_FIELDS, NOT_MEASURED, main, pick_case
+from agent.search.bench import CSV_FIELDS, NOT_MEASURED, main, pick_case
 
 
 def test_pick_case_takes_the_first_cpu_case_or_the_named_one():
@@ -40,7 +40,7 @@ def test_a_timed_run_row_takes_speeds_from_the_remeasure_and_the_seed_from_the_s
     from pathlib import Path
     from types import SimpleNamespace
 
-    from agent.bench import summarize_run
+    from agent.search.bench import summarize_run
     from evaluation.records import EvalResult
 
     case = "M=4096,N=4096|bfloat16"

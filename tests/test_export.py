@@ -12,7 +12,7 @@ import pytest
 
 import evaluation
 from agent.cli import main
-from agent.export import ExportError, export_package
+from agent.lifecycle.export import ExportError, export_package
 from store import Store
 from test_lifecycle_support import SEED, add_candidate, make_run, variant, write_deployment
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.family import FamilyMatchError, match_family
+from agent.proposers.family import FamilyMatchError, match_family
 from evaluation.errors import KscoutError
 
 PROBLEMS = Path(__file__).resolve().parents[1] / "evaluation" / "problems"

@@ -8,9 +8,9 @@ import pytest
 
 import evaluation
 from agent.cli import main
-from agent.evidence import PromotionEvidence
-from agent.gate import PromotionRefused
-from agent.registry import promote
+from agent.lifecycle.evidence import PromotionEvidence
+from agent.lifecycle.gate import PromotionRefused
+from agent.lifecycle.registry import promote
 from evaluation.records import Status
 from store import Store
 from store.records import PromotionState

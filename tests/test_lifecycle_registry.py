@@ -9,10 +9,10 @@ import pytest
 
 import evaluation
 from agent.cli import main
-from agent.evidence import PromotionEvidence
-from agent.gate import LifecycleError
-from agent.registry import FlagNote, deployed_entries, flag, promote, rollback
-from agent.revalidate import freshness
+from agent.lifecycle.evidence import PromotionEvidence
+from agent.lifecycle.gate import LifecycleError
+from agent.lifecycle.registry import FlagNote, deployed_entries, flag, promote, rollback
+from agent.lifecycle.revalidate import freshness
 from store import Store
 from store.records import PromotionState
 from test_lifecycle_support import gpu_candidate, gpu_fp, result, variant

@@ -12,8 +12,8 @@ import pytest
 
 import evaluation
 from agent.cli import main
-from agent.registry import FlagNote, deployed_entries
-from agent.revalidate import judge_revalidation, revalidate
+from agent.lifecycle.registry import FlagNote, deployed_entries
+from agent.lifecycle.revalidate import judge_revalidation, revalidate
 from evaluation.records import Status
 from store import Store
 from store.records import PromotionState

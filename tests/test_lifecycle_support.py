@@ -12,7 +12,7 @@ import uuid
 from pathlib import Path
 from typing import Optional
 
-from agent.evidence import Assumptions, PromotionEvidence, op_key, proven_ranges
+from agent.lifecycle.evidence import Assumptions, PromotionEvidence, op_key, proven_ranges
 from evaluation.records import (
     Baseline,
     EvalResult,

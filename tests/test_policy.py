@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from agent.policy import Node, PolicyConfig, Tree, decide
+from agent.search.policy import Node, PolicyConfig, Tree, decide
 from agent.proposers.base import Action
 
 

@@ -12,7 +12,7 @@ import pytest
 
 import evaluation
 from agent.cli import main
-from agent.report import anchor, build_report, render_html
+from agent.search.report import anchor, build_report, render_html
 from evaluation.records import Status
 from store import Store
 from store.records import RunStatus

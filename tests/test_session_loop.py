@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import evaluation
-from agent.session import SessionConfig, resume, start, summarize
+from agent.search.session import SessionConfig, resume, start, summarize
 from evaluation.records import source_sha256
 from fake_openai import SEED_SOURCE, FakeOpenAI, cheat, good_kernel, malformed, prose
 from store import Store
@@ -209,7 +209,7 @@ def test_kscout_optimize_json_end_to_end(home, capsys):
 
 def test_backfill_redoes_outcomes_and_failures_lost_between_two_writes(home):
     """A kill after the evaluation row but before its derived rows: resume writes them, once."""
-    from agent import writeback
+    from agent.search import writeback
     from evaluation.records import Stage, Status
     from store.records import CandidateRecord, RunRecord, utc_now
 
@@ -302,7 +302,7 @@ class RecordingExecutor:
     """The real local executor, noting which baselines each batch asked the timing for."""
 
     def __init__(self):
-        from agent.executor import LocalExecutor
+        from agent.search.executors import LocalExecutor
 
         self.inner = LocalExecutor(2, trials=1)
         self.batches: list[tuple[int, tuple[str, ...]]] = []

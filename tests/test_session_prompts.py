@@ -6,7 +6,7 @@ import importlib.resources
 import pytest
 
 import prompts
-from agent.codeextract import extract_code
+from agent.proposers.codeextract import extract_code
 from prompts import PromptError
 
 

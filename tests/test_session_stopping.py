@@ -2,7 +2,7 @@
 
 import pytest
 
-from agent.stopping import MAX_EMPTY_STEPS, Progress, StopReason, measured_speedup, should_stop
+from agent.search.stopping import MAX_EMPTY_STEPS, Progress, StopReason, measured_speedup, should_stop
 from evaluation.records import (
     Baseline, EvalResult, Fingerprint, Speedup, Status, TimedCase, TimingStats,
 )

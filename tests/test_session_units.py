@@ -7,10 +7,10 @@ import time
 import pytest
 import torch
 
-from agent.executor import LocalExecutor
-from agent.session import pick_best
-from agent.stopping import measured_speedup
-from agent.writeback import outcomes_for, remeasure_as_eval, shape_bucket
+from agent.search.executors import LocalExecutor
+from agent.search.session import pick_best
+from agent.search.stopping import measured_speedup
+from agent.search.writeback import outcomes_for, remeasure_as_eval, shape_bucket
 from evaluation.records import (
     Baseline, EvalResult, Fingerprint, ProblemInfo, RemeasuredCandidate, RemeasuredCase, RemeasureResult,
     ShapeCase, Speedup, Status, TimedCase, TimingStats, Tolerance,

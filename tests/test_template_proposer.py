@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from agent.family import match_family
+from agent.proposers.family import match_family
 from agent.proposers import knobs as K
 from agent.proposers.base import Action, ParentInfo, ProposeRequest
 from agent.proposers.template import TemplateProposer, render, template_sha256

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 import prompts
-from agent.codeextract import extract_code, fenced_blocks
+from agent.proposers.codeextract import extract_code, fenced_blocks
 from agent.proposers.base import (
     Action,
     ParentInfo,

@@ -18,7 +18,7 @@ from typing import Any, Iterable, Iterator, Optional
 
 import jinja2
 
-from agent.family import FamilyMatch, FamilyMatchError, match_family, param_init_expr
+from agent.proposers.family import FamilyMatch, FamilyMatchError, match_family, param_init_expr
 from agent.proposers import knobs as K
 from agent.proposers.base import Action, Proposal, ProposalError, ProposeRequest, ProposeResult
 from evaluation.records import ProblemInfo, source_sha256

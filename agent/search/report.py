@@ -14,7 +14,7 @@ from typing import Optional
 import jinja2
 from agent import Frozen
 
-from agent.evidence import CaseSpeedup, aggregate_speedup
+from agent.lifecycle.evidence import CaseSpeedup, aggregate_speedup
 from evaluation.errors import KscoutError
 from evaluation.records import EvalResult, Fingerprint
 from store.records import CandidateRecord, RunRecord
@@ -313,7 +313,7 @@ def failures_svg(report: RunReport) -> str:
 
 def render_html(report: RunReport) -> str:
     env = jinja2.Environment(
-        loader=jinja2.PackageLoader("agent", "templates"),
+        loader=jinja2.PackageLoader("agent.search", "templates"),
         undefined=jinja2.StrictUndefined,
         autoescape=True,
     )

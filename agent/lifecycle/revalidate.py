@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from agent.evidence import BASELINE, PromotionEvidence, Record, aggregate_speedup, problem_device
-from agent.gate import current_problem
-from agent.registry import DeployedEntry, FlagNote, deployed_entries, flag, rollback
+from agent.lifecycle.evidence import BASELINE, PromotionEvidence, Record, aggregate_speedup, problem_device
+from agent.lifecycle.gate import current_problem
+from agent.lifecycle.registry import DeployedEntry, FlagNote, deployed_entries, flag, rollback
 from evaluation.records import EvalResult, Fingerprint, ProblemInfo
 
 # Environment fields whose change can alter a kernel's numerics or speed.

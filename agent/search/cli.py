@@ -1,4 +1,4 @@
-"""`kscout optimize`, `resume`, `runs`, `show`: thin commands over agent.session.
+"""`kscout optimize`, `resume`, `runs`, `show`: thin commands over agent.search.session.
 
 Progress goes to stderr (a live bar on a terminal, one plain line per event otherwise, which is what a
 log or a supervising process reads); stdout carries the result, and with `--json` exactly one object.
@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.tree import Tree as RichTree
 
-from agent.session import RunSummary, SessionConfig, SessionEvent
+from agent.search.session import RunSummary, SessionConfig, SessionEvent
 
 _STATUS_STYLE = {"passed": "green", None: "dim"}
 
@@ -104,7 +104,7 @@ def render_summary(console: Console, summary: RunSummary) -> None:
 
 
 def _finish(store, run_id: str, as_json: bool) -> None:
-    from agent.session import summarize
+    from agent.search.session import summarize
 
     summary = summarize(store, run_id)
     if as_json:
@@ -140,7 +140,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
     ):
         """Search for a fast, correct Triton kernel for PROBLEM."""
-        from agent.session import SessionError, start
+        from agent.search.session import SessionError, start
 
         if proposer not in ("template", "llm"):
             raise SessionError(f"--proposer must be template or llm (got {proposer!r})")
@@ -161,7 +161,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
     ):
         """Continue a run that crashed or was killed, without re-evaluating finished candidates."""
-        from agent.session import resume as resume_run
+        from agent.search.session import resume as resume_run
 
         err = Console(stderr=True)
         with _open_store(store) as st, _ProgressView(err) as view:

@@ -43,7 +43,7 @@ def promote_cmd(
     as_json: bool = JsonOpt,
 ) -> None:
     """Deploy a candidate for its (op, device arch), if its evidence is complete."""
-    from agent.registry import promote
+    from agent.lifecycle.registry import promote
 
     with _open(store_dir) as store:
         approved, deployed = promote(store, candidate, approved_by=approved_by, note=note, arch=device)
@@ -66,8 +66,8 @@ def deployed_cmd(
 ) -> None:
     """What is live per (op, device arch), since when, approved by whom, and how fresh its evidence is."""
     import evaluation
-    from agent.registry import deployed_entries
-    from agent.revalidate import freshness
+    from agent.lifecycle.registry import deployed_entries
+    from agent.lifecycle.revalidate import freshness
 
     current = evaluation.fingerprint()
     with _open(store_dir) as store:
@@ -134,7 +134,7 @@ def rollback_cmd(
     as_json: bool = JsonOpt,
 ) -> None:
     """Return at once to the previous known-good kernel (or the reference)."""
-    from agent.registry import rollback
+    from agent.lifecycle.registry import rollback
 
     with _open(store_dir) as store:
         event = rollback(store, op, device, by=by, reason=reason)
@@ -152,7 +152,7 @@ def history_cmd(
     as_json: bool = JsonOpt,
 ) -> None:
     """The append-only promotion history of one (op, device arch)."""
-    from agent.registry import history
+    from agent.lifecycle.registry import history
 
     with _open(store_dir) as store:
         events = history(store, op, device)
@@ -184,7 +184,7 @@ def revalidate_cmd(
     as_json: bool = JsonOpt,
 ) -> None:
     """Re-run correctness and timing of deployed kernels here; exit 1 when one failed or regressed."""
-    from agent.revalidate import revalidate
+    from agent.lifecycle.revalidate import revalidate
 
     with _open(store_dir) as store:
         outcomes = revalidate(store, arch=device, rollback_on_fail=rollback_on_fail, by=by)
@@ -213,7 +213,7 @@ def export_cmd(
     as_json: bool = JsonOpt,
 ) -> None:
     """Write an importable package of the deployed kernels, with a manifest of their evidence."""
-    from agent.export import export_package
+    from agent.lifecycle.export import export_package
 
     with _open(store_dir) as store:
         manifest = export_package(store, out_dir, name=name, force=force)
@@ -231,7 +231,7 @@ def report_cmd(
     as_json: bool = JsonOpt,
 ) -> None:
     """Summarize a run: tables here, or a self-contained HTML page with --html."""
-    from agent.report import build_report, render_html, summary_tables
+    from agent.search.report import build_report, render_html, summary_tables
 
     with _open(store_dir) as store:
         report = build_report(store, run)

@@ -1,6 +1,6 @@
 """Search benchmark: one template-proposer search per problem, timed on one LLM-sized case.
 
-    python -m agent.bench --problems layernorm,rmsnorm,softmax,cross_entropy,swiglu --budget 60 \
+    python -m agent.search.bench --problems layernorm,rmsnorm,softmax,cross_entropy,swiglu --budget 60 \
         --dtype bfloat16 [--workers 8 --batch 8] [--minutes M] [--case-layernorm 'M=4096,N=4096'] \
         [--device auto] --out DIR
 
@@ -74,7 +74,7 @@ def _p50(result, case_id: str) -> Optional[float]:
 
 
 def _ratio(result, baseline: str) -> Optional[float]:
-    from agent.stopping import measured_speedup
+    from agent.search.stopping import measured_speedup
 
     m = measured_speedup(result, baseline) if result else None
     return m.ratio if m else None
@@ -82,7 +82,7 @@ def _ratio(result, baseline: str) -> Optional[float]:
 
 def summarize_run(store, run_id: str, case_id: str) -> dict:
     """One table row from what the session stored (search evaluations, the re-measure, the run)."""
-    from agent.session import SEED_PROPOSER
+    from agent.search.session import SEED_PROPOSER
 
     run = store.get_run(run_id)
     search = [(cid, r) for _, _, cid, r in store.evaluations(run_id=run_id, kind="search")]
@@ -164,7 +164,7 @@ def run_bench(problems: list[str], *, budget: int, dtype: str, device: str, out:
               cases: dict[str, str], trials: int = 2, seed: int = 0, store_dir: Optional[Path] = None,
               workers: int = 1, batch: int = 1, minutes: Optional[float] = None) -> list[dict]:
     import evaluation
-    from agent.session import SessionConfig, start
+    from agent.search.session import SessionConfig, start
     from store import Store
 
     device_kind = evaluation.resolve_device(device)
@@ -202,7 +202,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                        ("LITELLM_LOCAL_MODEL_COST_MAP", "True")):
         os.environ.setdefault(key, value)  # as the kscout CLI does: no network
 
-    parser = argparse.ArgumentParser(prog="python -m agent.bench", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m agent.search.bench", description=__doc__.split("\n")[0])
     parser.add_argument("--problems", default="layernorm,rmsnorm,softmax,cross_entropy,swiglu")
     parser.add_argument("--budget", type=int, default=60, help="search evaluations per problem")
     parser.add_argument("--dtype", default="bfloat16")

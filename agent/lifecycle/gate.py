@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from agent.evidence import (
+from agent.lifecycle.evidence import (
     BASELINE,
     Assumptions,
     CaseSpeedup,

@@ -22,11 +22,11 @@ from typing import Callable, Literal, Optional
 
 from agent import Frozen
 
-from agent import writeback
-from agent.executor import Executor, LocalExecutor
-from agent.policy import Node, PolicyConfig, Tree, decide
+from agent.search import writeback
+from agent.search.executors import Executor, LocalExecutor
+from agent.search.policy import Node, PolicyConfig, Tree, decide
 from agent.proposers.base import Action, ParentInfo, Proposal, ProposeRequest
-from agent.stopping import Progress, StopReason, measured_speedup, should_stop
+from agent.search.stopping import Progress, StopReason, measured_speedup, should_stop
 from evaluation.errors import KscoutError
 from evaluation.records import BASELINES, EvalResult, Fingerprint, ProblemInfo, source_sha256
 from store.records import CandidateRecord, RunRecord, RunStatus, StopRule, utc_now

@@ -3,7 +3,7 @@
 The registry is never stored as a mutable row: `fold_history` replays the `PromotionEvent` log, which
 is what makes rollback instant (one appended row) and the past auditable (nothing is updated or
 deleted). Every write here appends events under the store lock; `promote` appends only what the gate
-in `agent.gate` approved.
+in `agent.lifecycle.gate` approved.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 import uuid
 from typing import Optional, Sequence
 
-from agent.evidence import PromotionEvidence, Record
-from agent.gate import LifecycleError, evidence_for
+from agent.lifecycle.evidence import PromotionEvidence, Record
+from agent.lifecycle.gate import LifecycleError, evidence_for
 from store.records import PromotionEvent, PromotionState, utc_now
 
 

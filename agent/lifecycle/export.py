@@ -22,9 +22,9 @@ from typing import Any, Optional
 
 import jinja2
 
-from agent.evidence import PromotionEvidence, problem_device
-from agent.gate import LifecycleError, current_problem
-from agent.registry import DeployedEntry, deployed_entries
+from agent.lifecycle.evidence import PromotionEvidence, problem_device
+from agent.lifecycle.gate import LifecycleError, current_problem
+from agent.lifecycle.registry import DeployedEntry, deployed_entries
 from evaluation.records import ProblemInfo
 
 _PROBES = ((101, 103, 107, 109, 113, 127, 131, 137), (139, 149, 151, 157, 163, 167, 173, 179))
@@ -36,7 +36,7 @@ class ExportError(LifecycleError):
 
 def _templates() -> jinja2.Environment:
     return jinja2.Environment(
-        loader=jinja2.PackageLoader("agent", "templates"),
+        loader=jinja2.PackageLoader("agent.lifecycle", "templates"),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
     )

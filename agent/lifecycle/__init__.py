@@ -1,0 +1,1 @@
+"""After a search: evidence, the approval gate, the registry, revalidation and export."""

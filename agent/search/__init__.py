@@ -1,0 +1,1 @@
+"""The search room: session, config, tree policy, stopping rule, executors, write-back, report."""
