@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 import evaluation
-from agent.search.session import SessionConfig, resume, start, summarize
+from agent.search.session import SessionConfig, resume, start
+from agent.search.summary import summarize
 from evaluation.records import source_sha256
 from fake_openai import SEED_SOURCE, FakeOpenAI, cheat, good_kernel, malformed, prose
 from store import Store

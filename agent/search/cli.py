@@ -16,7 +16,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.tree import Tree as RichTree
 
-from agent.search.session import RunSummary, SessionConfig, SessionEvent
+from agent.search.session import SessionConfig, SessionEvent
+from agent.search.summary import RunSummary
 
 _STATUS_STYLE = {"passed": "green", None: "dim"}
 
@@ -104,7 +105,7 @@ def render_summary(console: Console, summary: RunSummary) -> None:
 
 
 def _finish(store, run_id: str, as_json: bool) -> None:
-    from agent.search.session import summarize
+    from agent.search.summary import summarize
 
     summary = summarize(store, run_id)
     if as_json:
