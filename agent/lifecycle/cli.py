@@ -6,7 +6,6 @@ object on stdout. Refusals are `KscoutError`s, which agent/cli.py prints as one 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Optional
 
@@ -23,13 +22,15 @@ def _open(store_dir: Optional[Path]):
 
 
 def _console():
-    from rich.console import Console
+    from agent.term import console
 
-    return Console()
+    return console()
 
 
 def _print_json(obj) -> None:
-    typer.echo(json.dumps(obj, indent=2, sort_keys=True, default=str))
+    from agent.term import print_json
+
+    print_json(obj)
 
 
 def promote_cmd(
@@ -231,21 +232,25 @@ def report_cmd(
     as_json: bool = JsonOpt,
 ) -> None:
     """Summarize a run: tables here, or a self-contained HTML page with --html."""
-    from agent.search.report import build_report, render_html, summary_tables
+    from agent.search.summary import summarize
 
     with _open(store_dir) as store:
-        report = build_report(store, run)
+        summary = summarize(store, run)
+        k = summary.in_hand
+        source = store.get_candidate(k.candidate_id, run_id=summary.run_id).source if k else None
     if html is not None:
-        html.write_text(render_html(report))
+        from agent.search.report import render_html
+
+        html.write_text(render_html(summary, source))
     if as_json:
-        _print_json({**report.model_dump(mode="json"), "html": str(html) if html else None})
+        _print_json({**summary.model_dump(mode="json"), "html": str(html) if html else None})
         return
     if html is not None:
-        _console().print(f"wrote {html}")
+        _console().print(f"wrote {html}", markup=False, highlight=False, soft_wrap=True)
         return
-    console = _console()
-    for renderable in summary_tables(report):
-        console.print(renderable)
+    from agent.search.views import render_report
+
+    render_report(_console(), summary)
 
 
 def register(app: typer.Typer) -> None:
