@@ -67,7 +67,8 @@ def table(*columns: str, title: Optional[str] = None, **kw):
     from rich import box
     from rich.table import Table
 
-    t = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, title_justify="left", **kw)
+    t = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True,
+              title_justify="left", **kw)
     for name in columns:  # a word too long for its column is cut with "…", never folded mid-word
         t.add_column(name, overflow="ellipsis")
     return t
@@ -87,3 +88,11 @@ def none_line(what: str, why: Optional[str] = None):
     from rich.text import Text
 
     return Text(f"{what}: none" + (f" ({why})" if why else ""))
+
+
+def indented(text: str, spaces: int = 2):
+    """Plain text whose wrapped lines keep the indent of the first (a detail under a heading line)."""
+    from rich.padding import Padding
+    from rich.text import Text
+
+    return Padding(Text(text), (0, 0, 0, spaces))

@@ -121,9 +121,8 @@ def _write_csv(path: Path, rows: list[dict]) -> None:
 
 
 def _print_table(rows: list[dict]) -> None:
+    from rich.console import Console
     from rich.table import Table
-
-    from evaluation.cli import make_console
 
     table = Table(title="search benchmark (one timed case per problem)")
     cols = ("problem", "case", "dtype", "best_candidate", "best_p50_ms", "gbps", "pct_of_copy_ceiling",
@@ -134,7 +133,8 @@ def _print_table(rows: list[dict]) -> None:
         table.add_column(h)
     for r in rows:
         table.add_row(*(_cell(r[c]) for c in cols))
-    console = make_console()
+    console = Console()  # a benchmark table goes to logs: wide enough for its 11 columns there
+    console = console if console.is_terminal or "COLUMNS" in os.environ else Console(width=160)
     console.print(table)
     console.print("x eager / p50 / GB/s: the best's interleaved re-measure where there is one (column timing_source "
                   "in the CSV); x compile: the same re-measure where it has one; x seed: see seed_source", markup=False,
