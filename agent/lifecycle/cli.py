@@ -228,7 +228,7 @@ def export_cmd(
 
 
 def report_cmd(
-    run: str = typer.Argument(..., help="run id (or a unique prefix)"),
+    run: str = typer.Argument(..., metavar="RUN", help="run id (or a unique prefix)"),
     html: Optional[Path] = typer.Option(None, "--html", help="write a self-contained HTML page here"),
     store_dir: Optional[Path] = StoreOpt,
     as_json: bool = JsonOpt,

@@ -128,7 +128,7 @@ def register(app: typer.Typer) -> None:
 
 
 def optimize(
-    problem: str = typer.Argument(..., help="built-in problem name or a KernelBench-style file"),
+    problem: str = typer.Argument(..., metavar="PROBLEM", help="built-in problem name or a KernelBench-style file"),
     device: str = typer.Option("auto", help="auto | cpu | cuda"),
     proposer: str = typer.Option("template", help="template (offline) | llm"),
     model: Optional[str] = typer.Option(None, help="litellm model string, e.g. openai/NAME"),
@@ -171,7 +171,7 @@ def optimize(
 
 
 def resume(
-    run: str = typer.Argument(..., help="run id (or a unique prefix)"),
+    run: str = typer.Argument(..., metavar="RUN", help="run id (or a unique prefix)"),
     out: Optional[Path] = typer.Option(None, "--out", help="write the best kernel here "
                                                            "(default ./kscout-best/PROBLEM-RUN.py)"),
     store: Optional[Path] = StoreOpt,
@@ -227,8 +227,9 @@ def runs(
 
 
 def show(
-    run: str = typer.Argument(..., help="run id (or a unique prefix)"),
-    candidate: Optional[str] = typer.Argument(None, help="with --source: this candidate (default: the best)"),
+    run: str = typer.Argument(..., metavar="RUN", help="run id (or a unique prefix)"),
+    candidate: Optional[str] = typer.Argument(None, metavar="CANDIDATE",
+                                              help="with --source: this candidate (default: the best)"),
     source: bool = typer.Option(False, "--source", help="print the kernel's source (with its header) to stdout"),
     store: Optional[Path] = StoreOpt,
     as_json: bool = JsonOpt,
