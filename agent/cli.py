@@ -1,7 +1,14 @@
-"""The `kscout` console script: gathers the commands each package offers and renders errors.
+"""The `kscout` console script: gathers the commands each package offers and maps outcomes to exit codes.
 
-Each package exposes `register(app)` in its own `cli.py`; this module only composes them and turns a
-`KscoutError` into one line on stderr with exit code 2. No logic lives here.
+Each package exposes `register(app)` in its own `cli.py`; this module only composes them and turns what
+escapes a command into one line on stderr and an exit code. No logic lives here.
+
+Exit codes, the same for every command:
+  0  the command did what was asked (optimize/resume: a passing kernel was found)
+  1  it ran, and the answer is "no": a run without a passing kernel, a candidate that failed `eval`,
+     an ingest with failed files, a deployed kernel that failed `revalidate`
+  2  bad input or configuration (a `KscoutError`): one line on stderr, never a traceback
+  3  interrupted (Ctrl-C or SIGTERM); a search run is marked and `kscout resume RUN` continues it
 """
 
 from __future__ import annotations
@@ -17,16 +24,28 @@ os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 
 import typer  # noqa: E402
 
+from agent.search.interrupts import EXIT_INTERRUPTED, RunInterrupted  # noqa: E402
 from evaluation.errors import KscoutError  # noqa: E402
+
+EXIT_OK, EXIT_NO, EXIT_BAD_INPUT = 0, 1, 2
+_TYPER_INTERRUPTED = 130  # what typer returns for a KeyboardInterrupt; no kscout command returns it
+
+EXIT_CODES_HELP = (
+    "Exit codes: 0 done (optimize: a passing kernel was found); 1 the answer is no (no passing kernel, "
+    "a failed candidate, an ingest with failed files, a failed revalidation); 2 bad input or configuration; "
+    "3 interrupted (resume with `kscout resume RUN`)."
+)
 
 
 def build_app() -> typer.Typer:
     app = typer.Typer(
         name="kscout",
         help="kernelscout: find fast, correct Triton kernels by measured search.",
+        epilog=EXIT_CODES_HELP,
         no_args_is_help=True,
         add_completion=False,
         pretty_exceptions_enable=False,
+        rich_markup_mode=None,  # plain click help: flags read as flags (no "<bool>"), and it fits 80 columns
     )
     import importlib
 
@@ -41,17 +60,28 @@ def build_app() -> typer.Typer:
     return app
 
 
+def _fail(message: str, code: int) -> None:
+    print(message, file=sys.stderr)
+    sys.exit(code)
+
+
 def main(argv: list[str] | None = None) -> None:
     app = build_app()
     try:
         rc = app(args=argv, prog_name="kscout", standalone_mode=False)
+        if rc == _TYPER_INTERRUPTED:  # typer turns a KeyboardInterrupt outside a session into Exit(130)
+            _fail("kscout: interrupted", EXIT_INTERRUPTED)
         if isinstance(rc, int) and rc:  # `raise typer.Exit(n)` is returned, not raised, here
             sys.exit(rc)
+    except RunInterrupted as exc:
+        hint = exc.hint()
+        _fail(f"kscout: {exc}" + (f"\n{hint}" if hint else ""), EXIT_INTERRUPTED)
     except KscoutError as exc:
-        print(f"kscout: error: {exc}", file=sys.stderr)
-        sys.exit(exc.exit_code)
+        _fail(f"kscout: error: {exc}", exc.exit_code)
     except SystemExit:
         raise
+    except KeyboardInterrupt:  # outside a search session (eval, ingest, ...): nothing to mark
+        _fail("kscout: interrupted", EXIT_INTERRUPTED)
     except Exception as exc:  # click usage errors carry their own exit codes
         import click
 
@@ -62,9 +92,8 @@ def main(argv: list[str] | None = None) -> None:
         if isinstance(exc, (click.exceptions.ClickException, _TyperClickException)):
             exc.show()
             sys.exit(exc.exit_code)
-        if isinstance(exc, click.exceptions.Abort):
-            print("Aborted.", file=sys.stderr)
-            sys.exit(130)
+        if isinstance(exc, click.exceptions.Abort) or type(exc).__name__ == "Abort":  # EOF at a prompt
+            _fail("kscout: aborted", EXIT_INTERRUPTED)
         raise
 
 

@@ -46,33 +46,40 @@ def _fmt(x: float | None, spec: str = ".3g") -> str:
 
 
 def make_console():
-    """A terminal gets its own width; a pipe or file gets room for the timing columns."""
+    """A terminal gets its own width; a pipe or file gets $COLUMNS, else 80 (rich's rule), like every
+    kscout command: the tables below are laid out to read at 80 columns."""
     from rich.console import Console
 
-    c = Console()
-    return c if c.is_terminal else Console(width=160)
+    return Console(highlight=False)
+
+
+def _table(*columns: str, title: str):
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True,
+                  title_justify="left")
+    for col in columns:  # a cell too long for its column is cut with "…", never folded mid-word
+        table.add_column(col, overflow="ellipsis")
+    return table
 
 
 def render_result(result) -> None:
-    from rich.table import Table
-
     console = make_console()
     timed = {t.case_id: t for t in result.timing}
-    table = Table(title=f"{result.problem_name} on {result.fingerprint.device_name}")
-    for col in ("case", "dtype", "passed", "max abs err", "max rel err"):
-        table.add_column(col)
+    cols = ["case", "ok", "max abs err", "max rel err"]
     if timed:
-        for col in ("p50 ms", "p20-p80 ms", "GB/s", "x eager", "x compile"):
-            table.add_column(col, justify="right")
+        cols += ["p50 ms", "spread %", "GB/s", "x eager", "x compile"]
+    table = _table(*cols, title=f"{result.problem_name} on {result.fingerprint.device_name}")
     for r in result.shape_results:
-        row = [r.case_id.split("|")[0], r.dtype, "yes" if r.passed else "[red]no[/red]",
-               _fmt(r.max_abs_error), _fmt(r.max_rel_error)]
+        row = [r.case_id, "yes" if r.passed else "[red]NO[/red]", _fmt(r.max_abs_error), _fmt(r.max_rel_error)]
         if timed:
             t = timed.get(r.case_id)
             ratio = {s.baseline: s for s in t.speedups} if t else {}
+            c = t.candidate if t else None
             row += [
-                _fmt(t.candidate.latency_ms_p50, ".4f") if t else "",
-                f"{t.candidate.latency_ms_p20:.4f}-{t.candidate.latency_ms_p80:.4f}" if t else "",
+                _fmt(c.latency_ms_p50, ".4g") if c else "",
+                _fmt(100.0 * (c.latency_ms_p80 - c.latency_ms_p20) / c.latency_ms_p50, ".1f") if c else "",
                 _fmt(t.achieved_gbps, ".0f") if t else "",
                 *(f"{ratio[b].ratio:.2f}{'' if ratio[b].significant else '?'}" if b in ratio else "-"
                   for b in ("eager", "torch_compile")),
@@ -91,8 +98,8 @@ def render_result(result) -> None:
         if not r.passed and r.message:
             console.print(f"  {r.case_id}: {r.message}", markup=False, highlight=False, soft_wrap=True)
     if timed:
-        console.print("speedups marked ? are not significant: their p20-p80 interval includes 1.0",
-                      markup=False, highlight=False, soft_wrap=True)
+        console.print("spread: (p80 - p20) / p50; speedups marked ? are not significant: their p20-p80 "
+                      "interval includes 1.0", markup=False, highlight=False, soft_wrap=True)
     if result.timing_note:
         console.print(f"timing: {result.timing_note}", markup=False, highlight=False, soft_wrap=True)
     if result.stderr_tail and not result.passed:
@@ -110,9 +117,14 @@ def register(app: typer.Typer) -> None:
         trials: int = typer.Option(3, "--trials", min=1, help="fresh random inputs per case"),
         time_cases: Optional[List[str]] = typer.Option(
             None, "--time-case", help="time only this case id, e.g. 'M=4096,N=4096|bfloat16' (repeatable)"),
-        as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+        dtypes: Optional[List[str]] = typer.Option(
+            None, "--dtype", help="judge only this declared dtype, e.g. bfloat16 (repeatable; default all)"),
+        as_json: bool = typer.Option(False, "--json", help="print one JSON object (one line)"),
     ) -> None:
-        """Evaluate a candidate kernel: static check, compile, correctness on every case, timing."""
+        """Evaluate a candidate kernel: static check, compile, correctness on every case, timing.
+
+        Exit codes: 0 the candidate passed, 1 it failed (a verdict, not an error), 2 bad input.
+        """
         from evaluation.fingerprint import resolve_device
         from evaluation.harness import evaluate
         from evaluation.problem import load_problem
@@ -120,7 +132,7 @@ def register(app: typer.Typer) -> None:
         overrides = parse_sets(sets)
         source = read_candidate(candidate)
         dev = resolve_device(device)
-        info = load_problem(problem, dev, overrides, timed=time_cases)
+        info = load_problem(problem, dev, overrides, timed=time_cases, dtypes=dtypes or None)
         result = evaluate(source, info, device=dev, timeout_s=timeout, trials=trials)
         if as_json:
             typer.echo(result.model_dump_json())
@@ -132,7 +144,7 @@ def register(app: typer.Typer) -> None:
     @app.command("problems")
     def problems_cmd(
         device: str = typer.Option("cpu", "--device", help="which shape set to list: cpu | cuda"),
-        as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+        as_json: bool = typer.Option(False, "--json", help="print one JSON object (one line)"),
     ) -> None:
         """List the built-in problems."""
         from evaluation.problem import list_problems
@@ -141,13 +153,10 @@ def register(app: typer.Typer) -> None:
             raise ProblemError(f"--device must be cpu or cuda for a shape set, not {device!r}")
         problems = list_problems(device)
         if as_json:
-            typer.echo(json.dumps({"device": device, "problems": [p.model_dump(mode="json") for p in problems]}))
+            typer.echo(json.dumps({"device": device, "problems": [p.model_dump(mode="json") for p in problems]},
+                                  separators=(",", ":")))
             return
-        from rich.table import Table
-
-        table = Table(title=f"built-in problems ({device} shape sets)")
-        for col in ("name", "family", "dtypes", "cases", "seed"):
-            table.add_column(col)
+        table = _table("name", "family", "dtypes", "cases", "seed", title=f"built-in problems ({device} shape sets)")
         for p in problems:
             table.add_row(p.name, p.op_family, ", ".join(p.dtypes), str(len(p.shape_cases)),
                           "yes" if p.seed_path else "no")

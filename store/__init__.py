@@ -15,6 +15,8 @@ Public API (the contract the agent, knowledge and lifecycle code rely on):
     store.finish_run(run_id, *, status: RunStatus, stop_reason: str, best_candidate_id: str | None) -> None
     store.get_run(run_id) -> RunRecord           (raises StoreError if unknown; accepts a unique prefix)
     store.list_runs(limit=50) -> list[RunRecord]
+    store.claim_run(run_id, *, pid, host, process_mark) -> RunOwner   (this process runs it now)
+    store.run_owners(run_ids=None) -> dict[str, RunOwner]    (who claimed each run last)
 
     # candidates and evaluations
     store.add_candidate(c: CandidateRecord) -> bool        (False if (run_id, candidate_id) already there)

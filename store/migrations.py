@@ -412,3 +412,20 @@ def m003_lookup_indexes(con: duckdb.DuckDBPyConnection) -> None:
         CREATE INDEX llm_calls_run_idx ON llm_calls (run_id);
         """
     )
+
+
+@MIGRATIONS.register
+def m004_run_owners(con: duckdb.DuckDBPyConnection) -> None:
+    """The process that runs a run now (pid, host, its start mark), so `kscout runs` can tell a live run
+    from one whose process was killed (stale) without a heartbeat."""
+    con.execute(
+        """
+        CREATE TABLE run_owners (
+            run_id VARCHAR PRIMARY KEY,
+            pid INTEGER NOT NULL,
+            host VARCHAR NOT NULL,
+            process_mark VARCHAR,
+            claimed_at VARCHAR NOT NULL
+        );
+        """
+    )

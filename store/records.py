@@ -68,6 +68,7 @@ class RunStatus(str, enum.Enum):
     running = "running"
     finished = "finished"
     failed = "failed"
+    interrupted = "interrupted"
 
 
 class RunRecord(Row):

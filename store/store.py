@@ -23,10 +23,11 @@ from store.failures import embedding_text
 from store.home import CHROMA_DIRNAME, DB_FILENAME, LOCK_FILENAME, TOKEN_FILENAME, default_home
 from store.learned import LearnedMixin, failure_metadata, outcome_metadata
 from store.migrations import migrate
+from store.owners import OwnersMixin
 from store.runs import RunsMixin
 
 
-class Store(RunsMixin, LearnedMixin, DocumentsMixin):
+class Store(RunsMixin, LearnedMixin, DocumentsMixin, OwnersMixin):
     def __init__(
         self, home: Path, db: Database, store_uid: str, chroma_url: Optional[str], embedder: Embedder
     ):

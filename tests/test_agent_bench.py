@@ -35,43 +35,54 @@ def test_bench_on_the_cpu_writes_one_row_with_speed_columns_not_measured(hwdocs_
     assert "not measured" in captured.out
 
 
-def test_a_timed_run_row_takes_speeds_from_the_remeasure_and_the_seed_from_the_same_process():
-    """The GPU path, from a recorded H200 evaluation: no device needed to check the arithmetic."""
+def test_a_timed_run_row_takes_speeds_from_the_remeasure_and_the_seed_from_the_same_process(tmp_path):
+    """The GPU path, from a recorded H200 evaluation written into a real store: no device needed."""
     from pathlib import Path
-    from types import SimpleNamespace
 
+    import evaluation
     from agent.search.bench import summarize_run
-    from evaluation.records import EvalResult
+    from evaluation.records import EvalResult, source_sha256
+    from store import Store
+    from store.records import CandidateRecord, RunStatus, utc_now
+    from test_lifecycle_support import make_run, variant
 
     case = "M=4096,N=4096|bfloat16"
     recorded = EvalResult.model_validate_json(
         (Path(__file__).parent / "eval_fixtures" / "h200_layernorm_seed.json").read_text())
     seed = recorded.model_copy(update={"timing": tuple(t for t in recorded.timing if t.case_id == case)})
 
-    def faster(result, factor):  # the same timings with the candidate `factor` times faster
+    def faster(result, factor, source):  # the same timings with the candidate `factor` times faster
         t = result.timing[0]
-        c = t.candidate.model_copy(update={"latency_ms_p50": t.candidate.latency_ms_p50 / factor})
+        c = t.candidate.model_copy(update={"latency_ms_p50": t.candidate.latency_ms_p50 / factor,
+                                           "latency_ms_p20": t.candidate.latency_ms_p20 / factor,
+                                           "latency_ms_p80": t.candidate.latency_ms_p80 / factor})
         sp = tuple(s.model_copy(update={"ratio": s.ratio * factor}) for s in t.speedups)
-        return result.model_copy(update={"timing": (t.model_copy(update={"candidate": c, "speedups": sp}),)})
+        return result.model_copy(update={"timing": (t.model_copy(update={"candidate": c, "speedups": sp}),),
+                                         "candidate_sha256": source_sha256(source)})
 
-    evals = {"search": [("e1", "r", "seed", seed), ("e2", "r", "slow", faster(seed, 0.5)),
-                        ("e3", "r", "good", faster(seed, 1.2)), ("e4", "r", "best", faster(seed, 1.25))],
-             "remeasure": [("e5", "r", "best", faster(seed, 1.3)), ("e6", "r", "seed", faster(seed, 1.02))]}
-    store = SimpleNamespace(
-        get_run=lambda run_id: SimpleNamespace(problem_name="layernorm", arch="sm_90", best_candidate_id="best"),
-        evaluations=lambda run_id, kind: evals[kind],
-        candidates=lambda run_id: [SimpleNamespace(candidate_id=c, proposer="seed" if c == "seed" else "template")
-                                   for c in ("seed", "slow", "good", "best")],
-    )
-    row = summarize_run(store, "r", case)
+    sources = {name: variant(i) for i, name in enumerate(("seed", "slow", "good", "best"))}
+    with Store.open(tmp_path / "store") as store:
+        run = make_run(store, evaluation.load_problem("layernorm", device="cuda"), recorded.fingerprint)
+        for name, src in sources.items():
+            store.add_candidate(CandidateRecord(candidate_id=source_sha256(src), run_id=run.run_id, generation=0,
+                                                proposer="seed" if name == "seed" else "template", source=src,
+                                                created_at=utc_now()))
+        for name, factor in (("seed", 1.0), ("slow", 0.5), ("good", 1.2), ("best", 1.25)):
+            store.add_evaluation(run.run_id, source_sha256(sources[name]), faster(seed, factor, sources[name]))
+        for name, factor in (("best", 1.3), ("seed", 1.02)):
+            store.add_evaluation(run.run_id, source_sha256(sources[name]), faster(seed, factor, sources[name]),
+                                 kind="remeasure")
+        store.finish_run(run.run_id, status=RunStatus.finished, stop_reason="evaluation_budget",
+                         best_candidate_id=source_sha256(sources["best"]))
+        row = summarize_run(store, run.run_id, case)
     t = seed.timing[0]
     eager = {s.baseline: s.ratio for s in t.speedups}
     p50 = t.candidate.latency_ms_p50 / 1.3
-    assert (row["case"], row["dtype"], row["best_candidate"]) == ("M=4096,N=4096", "bfloat16", "best")
+    assert (row["case"], row["dtype"], row["best_candidate"]) == ("M=4096,N=4096", "bfloat16",
+                                                                 source_sha256(sources["best"])[:12])
     assert row["evaluations"] == 4
     assert row["timing_source"] == "remeasure" and abs(row["best_p50_ms"] - p50) < 1e-12
-    assert abs(row["gbps"] - t.bytes_moved / (p50 * 1e-3) / 1e9) < 1e-6
-    assert abs(row["pct_of_copy_ceiling"] - 100 * row["gbps"] / seed.ceiling_gbps) < 1e-9
+    assert abs(row["gbps"] - t.achieved_gbps) < 1e-6  # the stored GB/s of that case, as every view shows it
     assert abs(row["speedup_vs_eager"] - eager["eager"] * 1.3) < 1e-9
     assert abs(row["speedup_vs_torch_compile"] - eager["torch_compile"] * 1.3) < 1e-9  # the same re-measure
     assert abs(row["speedup_vs_seed"] - 1.3 / 1.02) < 1e-9 and row["seed_source"] == "remeasure (same process)"

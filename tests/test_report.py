@@ -1,5 +1,6 @@
-"""The run report: the search tree with parent links, the progress and failure plots, per-shape tables,
-rendered as a self-contained page that headless Chromium loads without a console error."""
+"""The run report: the run summary (agent.search.summary) with the search tree and parent links, the
+plots (speed on a GPU, correctness on the CPU, evaluations by status), per-case tables, rendered as a
+self-contained page that headless Chromium loads without a console error."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import pytest
 
 import evaluation
 from agent.cli import main
-from agent.search.report import anchor, build_report, render_html
+from agent.search.report import anchor, render_html, tree
+from agent.search.summary import summarize
 from evaluation.records import Status
 from store import Store
 from store.records import RunStatus
@@ -83,7 +85,7 @@ def cpu_run(tmp_path_factory):
     home = tmp_path_factory.mktemp("report") / "store"
     with Store.open(home) as store:
         run, nodes = write_run(store, evaluation.load_problem("layernorm", device="cpu"), cpu_fp(), {})
-        report = build_report(store, run.run_id[:8])
+        report = summarize(store, run.run_id[:8])
     return home, run, nodes, report
 
 
@@ -93,18 +95,18 @@ def gpu_report(tmp_path_factory):
     with Store.open(home) as store:
         problem = evaluation.load_problem("layernorm", device="cuda")
         run, nodes = write_run(store, problem, gpu_fp(), {"seed": 1.0, "a": 1.3, "d": 1.5})
-        return build_report(store, run.run_id), nodes
+        return summarize(store, run.run_id), nodes
 
 
 def test_tree_nests_children_under_their_parents_with_anchor_links(cpu_run):
     _home, _run, n, report = cpu_run
-    (root,) = report.roots
-    assert root.candidate_id == n["seed"].candidate_id and root.parent_anchor is None
-    assert [k.candidate_id for k in root.children] == [n["a"].candidate_id, n["b"].candidate_id]
-    a = root.children[0]
-    assert [k.candidate_id for k in a.children] == [n["c"].candidate_id, n["d"].candidate_id]
-    assert all(k.parent_anchor == anchor(n["a"].candidate_id) for k in a.children)
-    assert [root.status, a.status, root.children[1].status, a.children[0].status] == [
+    (root,) = tree(report)
+    assert root["n"].candidate_id == n["seed"].candidate_id and root["parent_anchor"] is None
+    assert [k["n"].candidate_id for k in root["children"]] == [n["a"].candidate_id, n["b"].candidate_id]
+    a = root["children"][0]
+    assert [k["n"].candidate_id for k in a["children"]] == [n["c"].candidate_id, n["d"].candidate_id]
+    assert all(k["parent_anchor"] == anchor(n["a"].candidate_id) for k in a["children"])
+    assert [root["n"].status, a["n"].status, root["children"][1]["n"].status, a["children"][0]["n"].status] == [
         "passed",
         "passed",
         "compile_error",
@@ -113,7 +115,7 @@ def test_tree_nests_children_under_their_parents_with_anchor_links(cpu_run):
 
 
 def test_cpu_report_counts_passed_and_failed_and_says_speed_was_not_measured(cpu_run):
-    _home, _run, _n, report = cpu_run
+    _home, _run, n, report = cpu_run
     assert not report.timed and report.timing_note == "not measured on this device (cpu, Triton interpreter)"
     assert [(p.passed_so_far, p.failed_so_far) for p in report.points] == [
         (1, 0),
@@ -123,9 +125,17 @@ def test_cpu_report_counts_passed_and_failed_and_says_speed_was_not_measured(cpu
         (3, 2),
     ]
     assert all(p.speedup is None for p in report.points)
-    html = render_html(report)
+    html = render_html(report, n["seed"].source)
     assert "Speed was not measured: not measured on this device" in html
-    assert "passed / failed over evaluations (speed not measured)" in html
+
+
+def test_cpu_page_plots_each_case_error_against_its_tolerance_and_evaluations_by_status(cpu_run):
+    _home, _run, n, report = cpu_run
+    html = render_html(report, n["seed"].source)
+    assert 'id="errors-plot"><svg' in html and 'id="status-plot"><svg' in html and 'id="speed-plot"' not in html
+    assert "error per case against tolerance" in html and "evaluations by status" in html
+    for case in evaluation.load_problem("layernorm", device="cpu").shape_cases:  # every case on the plot's axis
+        assert case.case_id in html
 
 
 def test_failures_are_counted_by_kind(cpu_run):
@@ -134,33 +144,33 @@ def test_failures_are_counted_by_kind(cpu_run):
         ("compile_error", "SyntaxError", 1),
         ("incorrect", "MaxAbsError", 1),
     ]
+    assert report.failures_by_kind == {"compile_error": 1, "incorrect": 1}
 
 
 def test_gpu_report_tracks_the_best_speedup_and_ranks_the_remeasured_kernel_first(gpu_report):
     report, n = gpu_report
     assert report.timed and report.timing_note is None
-    assert [p.best_speedup for p in report.points] == pytest.approx([1.0, 1.3, 1.3, 1.3, 1.5])
-    best = report.best[0]
-    assert best.candidate_id == n["d"].candidate_id and best.eval_kind == "remeasure"
-    assert best.speedup.ratio == pytest.approx(1.45)
-    assert [k.candidate_id for k in report.best[1:]] == [n["a"].candidate_id, n["seed"].candidate_id]
-    timed_rows = [s for s in best.shapes if s.speedup is not None]
-    assert timed_rows and all(s.eager_ms_p50 == pytest.approx(0.145) for s in timed_rows)
-    assert report.best_source == n["d"].source
-    html = render_html(report)
-    assert "best speedup over evaluations" in html and "Speed was not measured" not in html
+    assert [p.best_so_far for p in report.points] == pytest.approx([1.0, 1.3, 1.3, 1.3, 1.5])
+    best = report.kernels[0]
+    assert best.candidate_id == n["d"].candidate_id == report.best.candidate_id and best.picked
+    assert best.verdict.numbers_from == "remeasure" and best.speedup == pytest.approx(1.45)
+    assert [k.candidate_id for k in report.kernels[1:]] == [n["a"].candidate_id, n["seed"].candidate_id]
+    assert all(c.vs["eager"].ratio == pytest.approx(1.45) for c in best.verdict.cases)
+    html = render_html(report, n["d"].source)
+    assert 'id="speed-plot"><svg' in html and "speedup over evaluations" in html
+    assert "Speed was not measured" not in html and 'id="errors-plot"' not in html
 
 
-def test_cpu_best_kernel_table_lists_every_declared_case(cpu_run):
+def test_cpu_best_kernel_checks_list_every_declared_case(cpu_run):
     _home, _run, n, report = cpu_run
     problem = evaluation.load_problem("layernorm", device="cpu")
-    assert report.best[0].candidate_id == n["seed"].candidate_id  # the run's pick leads when nothing is timed
-    assert [s.case_id for s in report.best[0].shapes] == [c.case_id for c in problem.shape_cases]
-    assert all(s.speedup is None for s in report.best[0].shapes)
+    assert report.kernels[0].candidate_id == n["seed"].candidate_id  # the run's pick leads when nothing is timed
+    assert [c.case_id for c in report.kernels[0].checks] == [c.case_id for c in problem.shape_cases]
+    assert all(k.verdict is None for k in report.kernels)
 
 
 def test_page_is_self_contained(cpu_run):
-    html = render_html(cpu_run[3])
+    html = render_html(cpu_run[3], cpu_run[2]["seed"].source)
     refs = re.findall(r'(?:src|href)\s*=\s*"([^"]*)"', html)
     assert refs and all(r.startswith("#") or r.startswith("data:") for r in refs), refs
     assert "<link" not in html and "<script" not in html and html.count("<svg") == 2
@@ -208,15 +218,15 @@ def test_report_renders_in_headless_chromium_without_console_errors(tmp_path, cp
     assert sorted(parent_links) == sorted(
         [anchor(n["seed"].candidate_id)] * 2 + [anchor(n["a"].candidate_id)] * 2
     )
-    assert 'id="progress-plot"><svg' in dom and 'id="failures-plot"><svg' in dom
-    assert "passed / failed over evaluations" in dom and 'id="best-source"' in dom
+    assert 'id="errors-plot"><svg' in dom and 'id="status-plot"><svg' in dom
+    assert "error per case against tolerance" in dom and 'id="best-source"' in dom
 
 
 @pytest.mark.skipif(
     CHROMIUM is None, reason="chromium is not installed (apt-get install chromium; .ci/run does)"
 )
 def test_the_console_check_catches_a_page_that_tries_to_fetch(tmp_path, cpu_run):
-    html = render_html(cpu_run[3]).replace("</body>", '<img src="https://example.com/x.png"></body>')
+    html = render_html(cpu_run[3], None).replace("</body>", '<img src="https://example.com/x.png"></body>')
     page = tmp_path / "bad.html"
     page.write_text(html)
     _dom, console = _chromium(tmp_path, page)
@@ -228,10 +238,13 @@ def test_report_cli_prints_tables_and_json(cpu_run, capsys):
     main(["report", run.run_id[:10], "--store", str(home)])
     out = capsys.readouterr().out
     assert f"run {run.run_id}: layernorm on cpu" in out and "failures by kind" in out
-    assert n["d"].candidate_id[:12] in out and "unevaluated" not in out
+    assert n["d"].candidate_id[:12] in out and "pending" not in out
+    assert "M=5,N=1000|bfloat16" in out  # case labels carry their dtype
     main(["report", run.run_id, "--store", str(home), "--json"])
-    data = json.loads(capsys.readouterr().out)
-    assert data["run"]["run_id"] == run.run_id and data["html"] is None and len(data["points"]) == 5
+    raw = capsys.readouterr().out
+    data = json.loads(raw)
+    assert raw.count("\n") == 1  # one compact object on one line
+    assert data["run_id"] == run.run_id and data["html"] is None and len(data["points"]) == 5
 
 
 def test_report_of_an_unknown_run_is_a_one_line_error(tmp_path, capsys):
@@ -247,7 +260,7 @@ def test_a_run_without_failures_says_so_instead_of_plotting_nothing(tmp_path):
         run = make_run(store, problem, cpu_fp())
         seed = add_candidate(store, run, variant(0))
         store.add_evaluation(run.run_id, seed.candidate_id, result(problem, seed.source, cpu_fp()))
-        report = build_report(store, run.run_id)
-    html = render_html(report)
+        report = summarize(store, run.run_id)
+    html = render_html(report, seed.source)
     assert report.failures == () and "No failed evaluation." in html
-    assert html.count("<svg") == 1 and 'id="failures-plot"' not in html
+    assert 'id="status-plot"><svg' in html and 'id="failures"' not in html

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 import evaluation
-from agent.search.session import SessionConfig, resume, start, summarize
+from agent.search.session import SessionConfig, resume, start
+from agent.search.summary import summarize
 from evaluation.records import source_sha256
 from fake_openai import SEED_SOURCE, FakeOpenAI, cheat, good_kernel, malformed, prose
 from store import Store
@@ -49,6 +50,11 @@ def litellm():
     from agent.proposers.llm import _litellm
 
     return _litellm()
+
+
+def st_source(home, run_id, candidate_id):
+    with Store.open(home) as st:
+        return st.get_candidate(candidate_id, run_id=run_id).source
 
 
 def search_evals(st, run_id):
@@ -188,12 +194,13 @@ def test_resume_after_kill9_evaluates_every_candidate_exactly_once(home):
 def test_kscout_optimize_json_end_to_end(home, capsys):
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     done = subprocess.run([KSCOUT, "optimize", "layernorm", "--budget", "4", "--json", "--trials", "1",
-                           "--store", str(home)], capture_output=True, text=True, env=env, timeout=600)
+                           "--store", str(home)], capture_output=True, text=True, env=env, timeout=600,
+                          cwd=home.parent)
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)  # exactly one JSON object on stdout
     assert done.stdout.count("\n") == 1
     assert out["stop_reason"] == "evaluation_budget" and out["evaluations"] == 4
-    assert out["best"]["status"] == "passed" and out["best"]["speedup"] is None
+    assert out["best"]["status"] == "passed" and out["best"]["verdict"] is None
     assert len(out["best"]["candidate_id"]) == 64 and len(out["nodes"]) == 4
     assert out["timed"] is False and out["note"].startswith("correctness only")
     assert "[evaluated 4/4]" in done.stderr  # progress went to stderr
@@ -202,7 +209,9 @@ def test_kscout_optimize_json_end_to_end(home, capsys):
 
     main(["show", out["run_id"][:12], "--store", str(home), "--json"])
     shown = json.loads(capsys.readouterr().out)
-    assert shown == out
+    kernel_file = home.parent / out.pop("kernel_file")  # the best kernel, written where optimize ran
+    assert shown == out and kernel_file.read_text().endswith(
+        st_source(home, out["run_id"], out["best"]["candidate_id"]))
     main(["runs", "--store", str(home), "--json"])
     assert [r["run_id"] for r in json.loads(capsys.readouterr().out)["runs"]] == [out["run_id"]]
 
@@ -251,7 +260,7 @@ def test_time_case_is_stored_with_the_run_and_resume_times_the_same_case(home, c
     case = "M=7,N=97|bfloat16"
     picked = evaluation.load_problem("layernorm", device="cpu", timed=[case])
     main(["optimize", "layernorm", "--device", "cpu", "--budget", "1", "--trials", "1", "--time-case", case,
-          "--store", str(home), "--json"])
+          "--store", str(home), "--json", "--out", str(home.parent / "best.py")])
     out = json.loads(capsys.readouterr().out)
     assert out["problem_id"] == picked.problem_id != evaluation.load_problem("layernorm", device="cpu").problem_id
 
@@ -275,7 +284,7 @@ def test_dtype_option_proves_only_that_dtype_and_is_kept_for_resume(home, capsys
     from agent.cli import main
 
     main(["optimize", "layernorm", "--device", "cpu", "--budget", "1", "--trials", "1", "--dtype", "bfloat16",
-          "--store", str(home), "--json"])
+          "--store", str(home), "--json", "--out", str(home.parent / "best.py")])
     out = json.loads(capsys.readouterr().out)
     assert out["problem_id"] == evaluation.load_problem("layernorm", device="cpu", dtypes=["bfloat16"]).problem_id
     with Store.open(home) as st:

@@ -6,7 +6,6 @@ object on stdout. Refusals are `KscoutError`s, which agent/cli.py prints as one 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Optional
 
@@ -23,13 +22,33 @@ def _open(store_dir: Optional[Path]):
 
 
 def _console():
-    from rich.console import Console
+    from agent.term import console
 
-    return Console()
+    return console()
+
+
+def short(cid):
+    from agent.term import short as _short
+
+    return _short(cid)
+
+
+def none_line(what, why=None):
+    from agent.term import none_line as _none
+
+    return _none(what, why)
+
+
+def term_table(*columns, title=None):
+    from agent.term import table
+
+    return table(*columns, title=title)
 
 
 def _print_json(obj) -> None:
-    typer.echo(json.dumps(obj, indent=2, sort_keys=True, default=str))
+    from agent.term import print_json
+
+    print_json(obj)
 
 
 def promote_cmd(
@@ -65,11 +84,11 @@ def deployed_cmd(
     as_json: bool = JsonOpt,
 ) -> None:
     """What is live per (op, device arch), since when, approved by whom, and how fresh its evidence is."""
-    import evaluation
+    from agent.lifecycle.hostenv import probe_environment
     from agent.lifecycle.registry import deployed_entries
     from agent.lifecycle.revalidate import freshness
 
-    current = evaluation.fingerprint()
+    current = probe_environment()  # not evaluation.fingerprint(): listing must not wait for torch
     with _open(store_dir) as store:
         rows = []
         for e in deployed_entries(store, device):
@@ -87,42 +106,29 @@ def deployed_cmd(
             }
         )
         return
-    from rich.table import Table
+    from agent.term import indented
 
-    table = Table(title="deployed kernels")
-    for col in (
-        "op",
-        "arch",
-        "live",
-        "since",
-        "approved by",
-        "speedup [low, high]",
-        "shape range",
-        "dtypes",
-        "evidence",
-    ):
-        table.add_column(col)
-    for e, f in rows:
+    con = _console()
+    if not rows:
+        con.print(none_line("deployed kernels", f"on {device}" if device else None), highlight=False)
+        return
+    for e, f in rows:  # one block per entry: reads at any width, where a 9-column table did not
         ev = e.evidence
-        speed = (
-            f"{ev.speedup:.3f}x [{ev.speedup_low:.3f}, {ev.speedup_high:.3f}]" if ev and ev.speedup else "-"
-        )
-        shape = (
-            ", ".join(f"{k} {r.min}..{r.max}" for k, r in ev.assumptions.shape_range.items()) if ev else "-"
-        )
-        live = (e.candidate_id[:12] if e.candidate_id else "reference") + (" (flagged)" if e.flagged else "")
-        table.add_row(
-            e.op,
-            e.arch,
-            live,
-            e.since,
-            e.approved_by or "-",
-            speed,
-            shape,
-            ", ".join(ev.assumptions.dtypes) if ev else "-",
-            f,
-        )
-    _console().print(table)
+        live = short(e.candidate_id) if e.candidate_id else "the reference"
+        head = f"{e.op} on {e.arch}: {live}{' (flagged)' if e.flagged else ''} since {_when(e.since)}"
+        head += f", approved by {e.approved_by}" if e.approved_by else ""
+        con.print(head, markup=False, highlight=False)
+        if ev is not None:
+            speed = (f"{ev.speedup:#.3g}x [{ev.speedup_low:#.3g}, {ev.speedup_high:#.3g}] vs eager" if ev.speedup
+                     else "speed not measured")
+            shape = ", ".join(f"{k} {r.min}..{r.max}" for k, r in ev.assumptions.shape_range.items()) or "-"
+            con.print(indented(f"{speed}; proven for {shape}; {', '.join(ev.assumptions.dtypes)}"))
+        con.print(indented(f"evidence: {f}"))
+
+
+def _when(iso: str) -> str:
+    """'2026-12-02T23:21:34.749+00:00' -> '2026-12-02 23:21:34' (UTC, as stored)."""
+    return iso[:19].replace("T", " ") if iso else "-"
 
 
 def rollback_cmd(
@@ -159,18 +165,15 @@ def history_cmd(
     if as_json:
         _print_json({"events": [e.model_dump(mode="json") for e in events]})
         return
-    from rich.table import Table
-
-    table = Table(title=f"history of {op} on {device}")
-    for col in ("when", "state", "candidate", "by", "previous", "note"):
-        table.add_column(col)
+    table = term_table("when (UTC)", "state", "candidate", "by", "previous", "note",
+                       title=f"history of {op} on {device}")
     for e in events:
         table.add_row(
-            e.created_at,
+            _when(e.created_at),
             e.state.value,
-            e.candidate_id[:12] if e.candidate_id else "reference",
+            short(e.candidate_id) if e.candidate_id else "reference",
             e.actor,
-            e.previous_candidate_id[:12] if e.previous_candidate_id else "-",
+            short(e.previous_candidate_id) if e.previous_candidate_id else "-",
             e.note,
         )
     _console().print(table)
@@ -192,15 +195,15 @@ def revalidate_cmd(
     if as_json:
         _print_json({"revalidations": [o.model_dump(mode="json") for o in outcomes], "flagged": len(bad)})
     else:
-        from rich.table import Table
-
-        table = Table(title="revalidation")
-        for col in ("op", "arch", "candidate", "verdict", "reason", "rolled back to"):
-            table.add_column(col)
-        for o in outcomes:
-            to = (o.rolled_back_to[:12] if o.rolled_back_to else "reference") if o.rolled_back else "-"
-            table.add_row(o.op, o.arch, (o.candidate_id or "")[:12], o.verdict, o.reason, to)
-        _console().print(table)
+        if not outcomes:
+            _console().print(none_line("deployed kernels to revalidate"), highlight=False)
+        else:
+            table = term_table("op", "arch", "candidate", "verdict", "reason", "rolled back to",
+                               title="revalidation")
+            for o in outcomes:
+                to = (short(o.rolled_back_to) if o.rolled_back_to else "reference") if o.rolled_back else "-"
+                table.add_row(o.op, o.arch, short(o.candidate_id), o.verdict, o.reason, to)
+            _console().print(table)
     if bad:
         raise typer.Exit(1)  # so a nightly job fails when a deployed kernel did
 
@@ -225,27 +228,31 @@ def export_cmd(
 
 
 def report_cmd(
-    run: str = typer.Argument(..., help="run id (or a unique prefix)"),
+    run: str = typer.Argument(..., metavar="RUN", help="run id (or a unique prefix)"),
     html: Optional[Path] = typer.Option(None, "--html", help="write a self-contained HTML page here"),
     store_dir: Optional[Path] = StoreOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Summarize a run: tables here, or a self-contained HTML page with --html."""
-    from agent.search.report import build_report, render_html, summary_tables
+    from agent.search.summary import summarize
 
     with _open(store_dir) as store:
-        report = build_report(store, run)
+        summary = summarize(store, run)
+        k = summary.in_hand
+        source = store.get_candidate(k.candidate_id, run_id=summary.run_id).source if k else None
     if html is not None:
-        html.write_text(render_html(report))
+        from agent.search.report import render_html
+
+        html.write_text(render_html(summary, source))
     if as_json:
-        _print_json({**report.model_dump(mode="json"), "html": str(html) if html else None})
+        _print_json({**summary.model_dump(mode="json"), "html": str(html) if html else None})
         return
     if html is not None:
-        _console().print(f"wrote {html}")
+        _console().print(f"wrote {html}", markup=False, highlight=False, soft_wrap=True)
         return
-    console = _console()
-    for renderable in summary_tables(report):
-        console.print(renderable)
+    from agent.search.views import render_report
+
+    render_report(_console(), summary)
 
 
 def register(app: typer.Typer) -> None:

@@ -207,8 +207,8 @@ class TemplateProposer:
             return K.default_knobs(template), "no parent given: starting from the default configuration; "
         try:
             return K.validate(template, dict(request.parent.knobs)), ""
-        except K.KnobError as exc:
-            return K.default_knobs(template), f"parent has no {template} knobs ({exc}): from the default; "
+        except K.KnobError:  # e.g. the shipped seed, written by hand
+            return K.default_knobs(template), f"from the {template} template's default (the parent was not made from it); "
 
     def _from_parent(self, template: str, request: ProposeRequest) -> Iterator[tuple[dict, str, tuple]]:
         base, prefix = self._parent_knobs(template, request)

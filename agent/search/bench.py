@@ -16,11 +16,11 @@ declared case makes a 60-evaluation search too slow. The timed case is the first
 "representative" and "timed" in --dtype (on the CPU: the first CPU case in --dtype), or the one given by
 --case-PROBLEM.
 
-Where each number comes from (the `source` column says which applied):
-  - p50, GB/s, % of ceiling, x eager: the best's interleaved re-measure ("remeasure"), else its search
-    evaluation ("search"); GB/s uses the search evaluation's byte model and copy ceiling.
-  - x torch.compile: the best's re-measure (torch.compile joins its rounds), else its search evaluation
-    (search evaluations time torch.compile only with the seed, so this is "-" for other candidates).
+Every number is read off the run summary (agent.search.summary), the same read model `kscout show`
+and `kscout report` print; the `timing_source` column says where it applied:
+  - p50, GB/s, % of ceiling, x eager, x torch.compile: the best's interleaved re-measure ("remeasure",
+    where torch.compile joins the rounds), else its search evaluation ("search"; search evaluations
+    time torch.compile only with the seed, so x torch.compile is "-" for other candidates there).
   - x seed: seed p50 / best p50 from the same re-measure when both were re-measured; otherwise the
     ratio of their eager speedups from their own search evaluations (eager-normalized).
   - evaluations to within 5%: the 1-based position in search order of the first evaluation whose
@@ -68,60 +68,41 @@ def pick_case(problem: str, device_kind: str, dtype: str, choice: Optional[str] 
     return ids[0]
 
 
-def _p50(result, case_id: str) -> Optional[float]:
-    t = next((t for t in result.timing if t.case_id == case_id), None) if result else None
-    return t.candidate.latency_ms_p50 if t else None
-
-
-def _ratio(result, baseline: str) -> Optional[float]:
-    from agent.search.stopping import measured_speedup
-
-    m = measured_speedup(result, baseline) if result else None
-    return m.ratio if m else None
-
-
 def summarize_run(store, run_id: str, case_id: str) -> dict:
-    """One table row from what the session stored (search evaluations, the re-measure, the run)."""
-    from agent.search.session import SEED_PROPOSER
+    """One table row, read off the run summary (agent.search.summary) like every other view of a run."""
+    from agent.search.summary import summarize
 
-    run = store.get_run(run_id)
-    search = [(cid, r) for _, _, cid, r in store.evaluations(run_id=run_id, kind="search")]
-    by_cid = dict(search)
-    remeasured = {cid: r for _, _, cid, r in store.evaluations(run_id=run_id, kind="remeasure")}
-    seed = next((c.candidate_id for c in store.candidates(run_id) if c.proposer == SEED_PROPOSER), None)
-    best = run.best_candidate_id
-    row = dict(problem=run.problem_name, case=case_id.split("|")[0], dtype=case_id.split("|")[1],
-               device=run.arch, run_id=run_id, evaluations=len(search), best_candidate=best[:12] if best else "none")
+    s = summarize(store, run_id)
+    best = s.best
+    row = dict(problem=s.problem_name, case=case_id.split("|")[0], dtype=case_id.split("|")[1],
+               device=s.arch, run_id=run_id, evaluations=len(s.points),
+               best_candidate=best.candidate_id[:12] if best else "none")
     speed_cols = ("best_p50_ms", "gbps", "pct_of_copy_ceiling", "speedup_vs_eager", "speedup_vs_torch_compile",
                   "speedup_vs_seed", "evals_to_within_5pct", "timing_source", "seed_source")
-    if not any(r.timing for _, r in search):
+    if not s.timed:
         return dict(row, **{k: NOT_MEASURED for k in speed_cols})
     row.update({k: "-" for k in speed_cols})
-    if best is None or best not in by_cid:
+    v = best.verdict if best else None
+    case = next((c for c in v.cases if c.case_id == case_id), None) if v else None
+    if case is None:
         return row
-    searched, again = by_cid[best], remeasured.get(best)
-    final = again if again is not None and _p50(again, case_id) is not None else searched
-    p50 = _p50(final, case_id)
-    t = next((t for t in searched.timing if t.case_id == case_id), None)
-    gbps = t.bytes_moved / (p50 * 1e-3) / 1e9 if t and t.bytes_moved and p50 else None
-    ceiling = searched.ceiling_gbps
+    nodes = {n.candidate_id: n for n in s.nodes}
+    seed = next((n for n in s.nodes if n.proposer == "seed"), None)
     vs_seed, seed_source = None, "-"
-    if seed == best:
+    if seed is not None and seed.candidate_id == best.candidate_id:
         vs_seed, seed_source = 1.0, "best is the seed"
-    elif seed in remeasured and final is again and _p50(remeasured[seed], case_id) and p50:
-        vs_seed, seed_source = _p50(remeasured[seed], case_id) / p50, "remeasure (same process)"
-    elif seed in by_cid and _ratio(by_cid[seed], "eager") and _ratio(searched, "eager"):
-        vs_seed = _ratio(searched, "eager") / _ratio(by_cid[seed], "eager")
+    elif "seed" in case.vs:
+        vs_seed, seed_source = case.vs["seed"].ratio, "remeasure (same process)"
+    elif seed is not None and seed.speedup and nodes[best.candidate_id].speedup:
+        vs_seed = nodes[best.candidate_id].speedup / seed.speedup
         seed_source = "search evaluations (eager-normalized)"
-    target = _ratio(searched, "eager")
-    within = next((i for i, (_, r) in enumerate(search, 1)
-                   if target and (s := _ratio(r, "eager")) and s >= 0.95 * target), None)
+    target = nodes[best.candidate_id].speedup  # the best's own search evaluation, as the search saw it
+    within = next((p.index for p in s.points if target and p.speedup and p.speedup >= 0.95 * target), None)
     row.update(
-        best_p50_ms=p50, gbps=gbps, pct_of_copy_ceiling=100.0 * gbps / ceiling if gbps and ceiling else None,
-        speedup_vs_eager=_ratio(final, "eager"),
-        speedup_vs_torch_compile=_ratio(final, "torch_compile") or _ratio(searched, "torch_compile"),
-        speedup_vs_seed=vs_seed, evals_to_within_5pct=within,
-        timing_source="remeasure" if final is again else "search", seed_source=seed_source,
+        best_p50_ms=case.latency_ms_p50, gbps=case.gbps, pct_of_copy_ceiling=case.pct_of_copy,
+        speedup_vs_eager=case.vs["eager"].ratio if "eager" in case.vs else None,
+        speedup_vs_torch_compile=case.vs["torch_compile"].ratio if "torch_compile" in case.vs else None,
+        speedup_vs_seed=vs_seed, evals_to_within_5pct=within, timing_source=v.numbers_from, seed_source=seed_source,
     )
     return {k: ("-" if v is None else v) for k, v in row.items()}
 
@@ -140,9 +121,8 @@ def _write_csv(path: Path, rows: list[dict]) -> None:
 
 
 def _print_table(rows: list[dict]) -> None:
+    from rich.console import Console
     from rich.table import Table
-
-    from evaluation.cli import make_console
 
     table = Table(title="search benchmark (one timed case per problem)")
     cols = ("problem", "case", "dtype", "best_candidate", "best_p50_ms", "gbps", "pct_of_copy_ceiling",
@@ -153,7 +133,8 @@ def _print_table(rows: list[dict]) -> None:
         table.add_column(h)
     for r in rows:
         table.add_row(*(_cell(r[c]) for c in cols))
-    console = make_console()
+    console = Console()  # a benchmark table goes to logs: wide enough for its 11 columns there
+    console = console if console.is_terminal or "COLUMNS" in os.environ else Console(width=160)
     console.print(table)
     console.print("x eager / p50 / GB/s: the best's interleaved re-measure where there is one (column timing_source "
                   "in the CSV); x compile: the same re-measure where it has one; x seed: see seed_source", markup=False,

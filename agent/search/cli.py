@@ -1,24 +1,27 @@
-"""`kscout optimize`, `resume`, `runs`, `show`: thin commands over agent.search.session.
+"""`kscout optimize`, `resume`, `runs`, `show`: thin commands over agent.search.session and .summary.
 
 Progress goes to stderr (a live bar on a terminal, one plain line per event otherwise, which is what a
 log or a supervising process reads); stdout carries the result, and with `--json` exactly one object.
+
+The end of a run (optimize and resume): the summary, the best kernel written to a file whose path is
+printed, and an exit code a script can trust: 0 a passing kernel was found, 1 none was, 2 bad input,
+3 interrupted (Ctrl-C or SIGTERM; the run is marked and `kscout resume RUN` continues it).
 """
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 from typing import List, Optional
 
 import typer
-from rich.console import Console
-from rich.table import Table
-from rich.tree import Tree as RichTree
 
-from agent.search.session import RunSummary, SessionConfig, SessionEvent
+from agent.search.session import SessionEvent
+from agent.term import console, print_json
 
-_STATUS_STYLE = {"passed": "green", None: "dim"}
+EXIT_NO_KERNEL = 1
+
+StoreOpt = typer.Option(None, "--store", help="store folder (default $KSCOUT_HOME)")
+JsonOpt = typer.Option(False, "--json", help="print one JSON object (one line) instead of text")
 
 
 def _open_store(store_dir: Optional[Path]):
@@ -28,11 +31,17 @@ def _open_store(store_dir: Optional[Path]):
 
 
 class _ProgressView:
-    """Turns session events into a live bar (terminal) or plain stderr lines (pipes, logs, tests)."""
+    """Turns session events into a live bar (terminal) or plain stderr lines (pipes, logs, tests).
 
-    def __init__(self, console: Console):
-        self.console = console
-        self.live = console.is_terminal
+    It also learns the run id from the session's first event, which is when the CLI claims the run
+    for this process (so a kill -9 shows as `stale`) and knows what to mark if interrupted.
+    """
+
+    def __init__(self, err, on_started=None):
+        self.console = err
+        self.live = err.is_terminal
+        self.on_started = on_started
+        self.run_id: Optional[str] = None
         self._progress = None
         self._task = None
 
@@ -50,6 +59,10 @@ class _ProgressView:
             self._progress.__exit__(*exc)
 
     def __call__(self, e: SessionEvent) -> None:
+        if self.run_id is None:
+            self.run_id = e.run_id
+            if self.on_started is not None:
+                self.on_started(e.run_id)
         best = f"{e.best_speedup:.3g}x" if e.best_speedup is not None else "not measured"
         fails = ", ".join(f"{k} {v}" for k, v in sorted(e.failures_by_kind.items())) or "none"
         if self._progress is not None:
@@ -65,137 +78,197 @@ class _ProgressView:
                            markup=False, highlight=False, soft_wrap=True)
 
 
-def render_tree(summary: RunSummary) -> RichTree:
-    ids = {n.candidate_id for n in summary.nodes}
-    root = RichTree(f"run {summary.run_id}: {summary.problem_name} on {summary.device_name} ({summary.arch})")
-    branches = {}
-    for n in summary.nodes:
-        status = n.status or "pending"
-        style = _STATUS_STYLE.get(n.status, "red")
-        speed = f" {n.speedup:.3g}x" if n.speedup is not None else ""
-        star = " [bold yellow]* best[/]" if n.candidate_id == summary.best.candidate_id else ""
-        tags = f" [dim]{'+'.join(n.tags)}[/]" if n.tags else ""
-        reused = " [dim](reused)[/]" if n.reused else ""
-        label = f"{n.candidate_id[:12]} [cyan]{n.action or '-'}[/] [{style}]{status}[/]{speed}{tags}{reused}{star}"
-        parent = branches.get(n.parent_id) if n.parent_id in ids else None
-        branches[n.candidate_id] = (parent or root).add(label)
-    return root
+def _run_session(store_dir: Optional[Path], go) -> str:
+    """Run `go(store, on_event)` (a session start or resume) with progress, ownership and interrupts."""
+    from agent.search.interrupts import guarded_session
+    from agent.search.liveness import claim
+
+    view = _ProgressView(console(stderr=True))
+
+    def run() -> str:
+        with _open_store(store_dir) as st:
+            view.on_started = lambda run_id: claim(st, run_id)
+            with view:
+                return go(st, view)
+
+    return guarded_session(lambda: _open_store(store_dir), run, lambda: view.run_id)
 
 
-def render_summary(console: Console, summary: RunSummary) -> None:
-    console.print(render_tree(summary))
-    table = Table(show_header=False, box=None)
-    b = summary.best
-    best = "none" if b.candidate_id is None else f"{b.candidate_id[:12]} ({b.status})"
-    if b.speedup is not None:
-        best += f" {b.speedup:.3g}x [{b.speedup_low:.3g}, {b.speedup_high:.3g}] vs eager"
-    rule = summary.stop_rule
-    for key, value in (
-        ("stop reason", summary.stop_reason or summary.status),
-        ("evaluations", f"{summary.evaluations} of {rule.max_evaluations}"
-                        + (f" (+{summary.evaluations_reused} reused)" if summary.evaluations_reused else "")),
-        ("failures", ", ".join(f"{k} {v}" for k, v in sorted(summary.failures_by_kind.items())) or "none"),
-        ("best", best),
-        ("cost", f"${summary.cost_usd:.4f}" if summary.proposer == "llm" else "-"),
-        ("note", summary.note),
-    ):
-        table.add_row(f"[bold]{key}[/]", value)
-    console.print(table)
+def _finish(store_dir: Optional[Path], run_id: str, as_json: bool, out: Optional[Path]) -> int:
+    """Summary, kernel file and exit code of a run that ended (optimize, resume)."""
+    from agent.search import kernelfile
+    from agent.search.summary import summarize
+    from agent.search.views import render_show
 
-
-def _finish(store, run_id: str, as_json: bool) -> None:
-    from agent.search.session import summarize
-
-    summary = summarize(store, run_id)
+    with _open_store(store_dir) as st:
+        summary = summarize(st, run_id)
+        kernel = summary.in_hand
+        source = st.get_candidate(kernel.candidate_id, run_id=run_id).source if kernel else None
+    path = kernelfile.write(summary, kernel, source, out) if kernel else None
     if as_json:
-        sys.stdout.write(json.dumps(summary.model_dump(mode="json")) + "\n")
+        print_json({**summary.model_dump(mode="json"), "kernel_file": str(path) if path else None})
     else:
-        render_summary(Console(), summary)
+        con = console()
+        render_show(con, summary)
+        con.print(f"kernel: {path}" if path else "kernel: none (no candidate passed)", markup=False,
+                  highlight=False, soft_wrap=True)
+    return 0 if path else EXIT_NO_KERNEL
+
+
+def _exit(code: int) -> None:
+    if code:
+        raise SystemExit(code)  # typer.Exit would only be returned by the standalone_mode=False app
 
 
 def register(app: typer.Typer) -> None:
-    @app.command()
-    def optimize(
-        problem: str = typer.Argument(..., help="built-in problem name or a KernelBench-style file"),
-        device: str = typer.Option("auto", help="auto | cpu | cuda"),
-        proposer: str = typer.Option("template", help="template (offline) | llm"),
-        model: Optional[str] = typer.Option(None, help="litellm model string, e.g. openai/NAME"),
-        api_base: Optional[str] = typer.Option(None, help="OpenAI-compatible server URL (vLLM)"),
-        budget: int = typer.Option(20, help="evaluations"),
-        minutes: Optional[float] = typer.Option(None, help="time budget"),
-        target_speedup: Optional[float] = typer.Option(None, help="stop at this measured, significant speedup"),
-        stall: Optional[int] = typer.Option(30, help="stop after this many evaluations without improvement"),
-        seed: int = typer.Option(0, help="random seed of the proposer"),
-        max_cost: Optional[float] = typer.Option(None, help="stop when LLM spend reaches this many USD"),
-        batch: int = typer.Option(1, help="candidates per step: checked in parallel, then timed together in one process"),
-        workers: int = typer.Option(1, help="correctness checks in parallel (timings never overlap anything)"),
-        compile_every: bool = typer.Option(False, "--compile-every", help="time torch.compile with every batch, not "
-                                                                           "only with the seed and the final re-measure"),
-        trials: int = typer.Option(2, help="correctness trials per shape"),
-        time_case: Optional[List[str]] = typer.Option(
-            None, "--time-case", help="time only this case id, e.g. 'M=4096,N=4096|bfloat16' (repeatable)"),
-        dtype: Optional[List[str]] = typer.Option(
-            None, "--dtype", help="prove and time only this declared dtype, e.g. bfloat16 (repeatable; default all)"),
-        store: Optional[Path] = typer.Option(None, help="store folder (default $KSCOUT_HOME)"),
-        as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
-    ):
-        """Search for a fast, correct Triton kernel for PROBLEM."""
-        from agent.search.session import SessionError, start
+    app.command()(optimize)
+    app.command()(resume)
+    app.command()(runs)
+    app.command()(show)
 
-        if proposer not in ("template", "llm"):
-            raise SessionError(f"--proposer must be template or llm (got {proposer!r})")
-        config = SessionConfig(problem=problem, device=device, proposer=proposer, model=model, api_base=api_base,
-                               budget=budget, minutes=minutes, target_speedup=target_speedup, stall=stall,
-                               seed=seed, max_cost_usd=max_cost, batch=batch, workers=workers, compile_every=compile_every,
-                               trials=trials, time_cases=tuple(time_case or ()), dtypes=tuple(dtype or ())).check()
-        err = Console(stderr=True)
-        with _open_store(store) as st, _ProgressView(err) as view:
-            run_id = start(config, st, on_event=view)
-        with _open_store(store) as st:
-            _finish(st, run_id, as_json)
 
-    @app.command()
-    def resume(
-        run: str = typer.Argument(..., help="run id (or a unique prefix)"),
-        store: Optional[Path] = typer.Option(None, help="store folder (default $KSCOUT_HOME)"),
-        as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
-    ):
-        """Continue a run that crashed or was killed, without re-evaluating finished candidates."""
-        from agent.search.session import resume as resume_run
+def optimize(
+    problem: str = typer.Argument(..., metavar="PROBLEM", help="built-in problem name or a KernelBench-style file"),
+    device: str = typer.Option("auto", help="auto | cpu | cuda"),
+    proposer: str = typer.Option("template", help="template (offline) | llm"),
+    model: Optional[str] = typer.Option(None, help="litellm model string, e.g. openai/NAME"),
+    api_base: Optional[str] = typer.Option(None, help="OpenAI-compatible server URL (vLLM)"),
+    budget: int = typer.Option(20, help="evaluations"),
+    minutes: Optional[float] = typer.Option(None, help="time budget"),
+    target_speedup: Optional[float] = typer.Option(None, help="stop at this measured, significant speedup"),
+    stall: Optional[int] = typer.Option(30, help="stop after this many evaluations without improvement"),
+    seed: int = typer.Option(0, help="random seed of the proposer"),
+    max_cost: Optional[float] = typer.Option(None, help="stop when LLM spend reaches this many USD"),
+    batch: int = typer.Option(1, help="candidates per step: checked in parallel, then timed together in one process"),
+    workers: int = typer.Option(1, help="correctness checks in parallel (timings never overlap anything)"),
+    compile_every: bool = typer.Option(False, "--compile-every", help="time torch.compile with every batch, not "
+                                                                       "only with the seed and the final re-measure"),
+    trials: int = typer.Option(2, help="correctness trials per shape"),
+    time_case: Optional[List[str]] = typer.Option(
+        None, "--time-case", help="time only this case id, e.g. 'M=4096,N=4096|bfloat16' (repeatable)"),
+    dtype: Optional[List[str]] = typer.Option(
+        None, "--dtype", help="prove and time only this declared dtype, e.g. bfloat16 (repeatable; default all)"),
+    out: Optional[Path] = typer.Option(None, "--out", help="write the best kernel here "
+                                                           "(default ./kscout-best/PROBLEM-RUN.py)"),
+    store: Optional[Path] = StoreOpt,
+    as_json: bool = JsonOpt,
+):
+    """Search for a fast, correct Triton kernel for PROBLEM; write the best one to a file.
 
-        err = Console(stderr=True)
-        with _open_store(store) as st, _ProgressView(err) as view:
-            run_id = resume_run(run, st, on_event=view)
-        with _open_store(store) as st:
-            _finish(st, run_id, as_json)
+    Exit codes: 0 a passing kernel was found (its file is printed), 1 none was, 2 bad input,
+    3 interrupted (resume with `kscout resume RUN`).
+    """
+    from agent.search.session import SessionConfig, SessionError, start
 
-    @app.command()
-    def runs(
-        limit: int = typer.Option(20, help="newest first"),
-        store: Optional[Path] = typer.Option(None, help="store folder (default $KSCOUT_HOME)"),
-        as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
-    ):
-        """List search runs."""
-        with _open_store(store) as st:
-            found = st.list_runs(limit=limit)
-        if as_json:
-            sys.stdout.write(json.dumps({"runs": [r.model_dump(mode="json") for r in found]}) + "\n")
-            return
-        table = Table()
-        table.add_column("run", no_wrap=True)
-        for name in ("problem", "device", "proposer", "status", "stop reason", "started"):
-            table.add_column(name)
-        for r in found:
-            table.add_row(r.run_id, r.problem_name, r.arch, r.proposer + (f" ({r.model})" if r.model else ""),
-                          r.status.value, r.stop_reason or "-", r.started_at[:16].replace("T", " "))
-        Console().print(table)
+    if proposer not in ("template", "llm"):
+        raise SessionError(f"--proposer must be template or llm (got {proposer!r})")
+    config = SessionConfig(problem=problem, device=device, proposer=proposer, model=model, api_base=api_base,
+                           budget=budget, minutes=minutes, target_speedup=target_speedup, stall=stall,
+                           seed=seed, max_cost_usd=max_cost, batch=batch, workers=workers, compile_every=compile_every,
+                           trials=trials, time_cases=tuple(time_case or ()), dtypes=tuple(dtype or ())).check()
+    run_id = _run_session(store, lambda st, view: start(config, st, on_event=view))
+    _exit(_finish(store, run_id, as_json, out))
 
-    @app.command()
-    def show(
-        run: str = typer.Argument(..., help="run id (or a unique prefix)"),
-        store: Optional[Path] = typer.Option(None, help="store folder (default $KSCOUT_HOME)"),
-        as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
-    ):
-        """The search tree of a run, its best candidate and why it stopped."""
-        with _open_store(store) as st:
-            _finish(st, run, as_json)
+
+def resume(
+    run: str = typer.Argument(..., metavar="RUN", help="run id (or a unique prefix)"),
+    out: Optional[Path] = typer.Option(None, "--out", help="write the best kernel here "
+                                                           "(default ./kscout-best/PROBLEM-RUN.py)"),
+    store: Optional[Path] = StoreOpt,
+    as_json: bool = JsonOpt,
+):
+    """Continue a run that was interrupted, crashed or was killed (stale), without re-evaluating
+    finished candidates. Exit codes as for optimize."""
+    from agent.search.liveness import owner_alive
+    from agent.search.session import SessionError
+    from agent.search.session import resume as resume_run
+
+    with _open_store(store) as st:
+        run_id = st.get_run(run).run_id
+        owner = st.run_owners([run_id]).get(run_id)
+        if st.get_run(run_id).status.value == "running" and owner is not None and owner_alive(owner):
+            raise SessionError(f"run {run_id} is still running (pid {owner.pid} on {owner.host}); "
+                               f"stop it first (Ctrl-C or kill {owner.pid})")
+    run_id = _run_session(store, lambda st, view: resume_run(run_id, st, on_event=view))
+    _exit(_finish(store, run_id, as_json, out))
+
+
+def runs(
+    limit: int = typer.Option(20, help="newest first"),
+    store: Optional[Path] = StoreOpt,
+    as_json: bool = JsonOpt,
+):
+    """List search runs; `stale`: marked running, but its process is gone (resume it)."""
+    from agent.search.liveness import run_state
+    from agent.term import ellipsize_middle, human, none_line, table, unique_prefixes
+
+    with _open_store(store) as st:
+        found = st.list_runs(limit=limit)
+        owners = st.run_owners([r.run_id for r in found])
+        every_id = [r.run_id for r in st.list_runs(limit=1_000_000)]
+    states = {r.run_id: run_state(r, owners.get(r.run_id)) for r in found}
+    if as_json:
+        print_json({"runs": [{**r.model_dump(mode="json"), "state": states[r.run_id]} for r in found]})
+        return
+    con = console()
+    if not found:
+        con.print(none_line("runs"))
+        return
+    ids = unique_prefixes(every_id, minimum=15)
+    t = table("run", "problem", "device", "proposer", "state", "stop reason")
+    t.columns[0].no_wrap = True
+    for r in found:
+        who = r.proposer + (f" {ellipsize_middle(r.model, 14)}" if r.model else "")
+        t.add_row(ids[r.run_id], ellipsize_middle(r.problem_name, 18), r.arch, who, states[r.run_id],
+                  human(r.stop_reason))
+    con.print(t)
+    if "stale" in states.values():
+        con.print("stale: the process running it is gone; `kscout resume RUN` continues it", highlight=False)
+
+
+def show(
+    run: str = typer.Argument(..., metavar="RUN", help="run id (or a unique prefix)"),
+    candidate: Optional[str] = typer.Argument(None, metavar="CANDIDATE",
+                                              help="with --source: this candidate (default: the best)"),
+    source: bool = typer.Option(False, "--source", help="print the kernel's source (with its header) to stdout"),
+    store: Optional[Path] = StoreOpt,
+    as_json: bool = JsonOpt,
+):
+    """The search tree of a run, its best kernel against eager and torch.compile, and why it stopped.
+
+    `kscout show RUN --source [CANDIDATE] > kernel.py` writes a kernel ready to evaluate or use.
+    """
+    from agent.search.summary import summarize
+    from agent.search.views import render_show
+    from evaluation.errors import KscoutError
+
+    if candidate is not None and not source:
+        raise KscoutError("a CANDIDATE after the run id is only read with --source")
+    if source:
+        _print_source(store, run, candidate)
+        return
+    with _open_store(store) as st:
+        summary = summarize(st, run)
+    if as_json:
+        print_json(summary.model_dump(mode="json"))
+    else:
+        render_show(console(), summary)
+
+
+def _print_source(store_dir: Optional[Path], run: str, candidate: Optional[str]) -> None:
+    import sys
+
+    from agent.search import kernelfile
+    from agent.search.summary import kernel_view, summarize
+    from evaluation.errors import KscoutError
+
+    with _open_store(store_dir) as st:
+        if candidate is None:
+            summary = summarize(st, run)
+            if summary.in_hand is None:
+                raise KscoutError(f"run {summary.run_id} has no passing candidate; name one: "
+                                  f"kscout show {summary.run_id} --source CANDIDATE")
+            kernel, src = summary.in_hand, st.get_candidate(summary.in_hand.candidate_id, run_id=summary.run_id).source
+        else:
+            kernel, summary, src = kernel_view(st, run, candidate)
+    sys.stdout.write(kernelfile.render(summary, kernel, src, None))
