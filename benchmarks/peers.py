@@ -411,7 +411,8 @@ def warm_all(rows, args) -> dict[str, bool]:
     specs = [row_id(op, p) for op, p in rows]
     t0 = time.time()
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        for spec, (ok, tail) in zip(specs, pool.map(lambda s: _child(args, s, autotune=False, timeout=None), specs)):
+        warm = pool.map(lambda s: _child(args, s, autotune=False, timeout=args.warm_cap_s), specs)
+        for spec, (ok, tail) in zip(specs, warm):
             if not ok:
                 print(f"  warm-up of {spec} failed: {tail.strip()[-300:]}")
     print(f"  warmed {len(specs)} rows in {time.time() - t0:.0f} s with {args.jobs} processes")
@@ -540,6 +541,7 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     ap.add_argument("--budget-s", type=float, default=0.3, help="timing budget per provider and row")
     ap.add_argument("--input-sets", type=int, default=2)
     ap.add_argument("--jobs", type=int, default=0, help="warm caches in this many processes first (0: no)")
+    ap.add_argument("--warm-cap-s", type=float, default=300.0, help="cap on one row's parallel warm-up")
     ap.add_argument("--autotune-cap-s", type=float, default=300.0, help="max-autotune compile cap per row")
     ap.add_argument("--out", type=Path, default=None, help="write peers.json and peers.csv here (after every row)")
     ap.add_argument("--full-table", action="store_true", help="repeat every measurement in one table at the end")
@@ -555,9 +557,9 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
 
 def select_rows(args) -> list[tuple[str, dict[str, int]]]:
     rows = [parse_row(s) for s in args.rows] if args.rows else list(DEFAULT_ROWS)
-    if args.ops:
-        ops = set(args.ops.split(","))
-        rows = [(op, p) for op, p in rows if op in ops]
+    if args.ops:  # only these ops, in the order given
+        ops = [o for o in args.ops.split(",") if o]
+        rows = sorted(((op, p) for op, p in rows if op in ops), key=lambda r: ops.index(r[0]))
     for op, _ in rows:
         if not (PROBLEMS / f"{op}.py").is_file():
             raise SystemExit(f"unknown op {op!r}: no evaluation/problems/{op}.py")

@@ -32,6 +32,8 @@ PATHS = {  # knob changes that make the CPU cases above take each path
     "looped": {"split_rows": False, "single_max_n": 1024, "block_n": 512, "tile_elems": 2048},
     "split": {"block_n": 512, "programs_per_sm": 4},
     "split_l2_groups": {"block_n": 1024, "programs_per_sm": 8, "split_l2_reuse": True, "cache_hints": False},
+    "split_chunk_reductions": {"block_n": 512, "lane_stats": False},
+    "looped_chunk_reductions": {"split_rows": False, "single_max_n": 1024, "block_n": 512, "lane_stats": False},
     "persistent_packed": {"split_rows": False, "persistent": True, "programs_per_sm": 1, "tile_elems": 32768,
                           "elems_per_thread": 2},
 }
@@ -93,8 +95,9 @@ def _row_cases(family: str) -> list[dict]:
 @pytest.mark.parametrize("family", ROW_FAMILIES)
 def test_each_row_path_computes_the_reference_at_awkward_shapes(tmp_path, family, path):
     changes = dict(PATHS[path])
-    if family == "row_sum":  # the reduction template has no L2 grouping or pipelining knobs
+    if family == "row_sum":  # the reduction template has no L2 grouping or per-lane statistics knobs
         changes.pop("split_l2_reuse", None)
+        changes.pop("lane_stats", None)
     _check(tmp_path, family, changes, _row_cases(family))
 
 
@@ -137,10 +140,11 @@ def test_matmul_uses_descriptors_only_where_tma_can_read_the_strides(tmp_path):
     assert cand._descriptors(odd, torch.randn(53, 61), 32, 32, 16) == (None, None)
 
 
-def test_matmul_default_is_a_hopper_tile():
-    assert {k: v for k, v in K.default_knobs("matmul").items() if k != "tma"} == {
+def test_matmul_default_is_the_hopper_tile_measured_fastest():
+    # H200, bf16 8192^3 (benchmarks/RESULTS.md): persistent + TMA 128x256x64 reached cuBLAS's matmul alone
+    assert K.default_knobs("matmul") == {
         "block_m": 128, "block_n": 256, "block_k": 64, "group_m": 8, "num_warps": 8, "num_stages": 3, "split_k": 1,
-        "persistent": False}
+        "persistent": True, "tma": True}
 
 
 # ---------------------------------------------------------------- the plan at H200 sizes
@@ -162,6 +166,24 @@ def test_default_plan_at_llm_sizes_is_what_fast_row_kernels_do(tmp_path):
     assert (path, group, block) == ("split", 16, 4096) and 16 * splits >= 132 * 4
     grouped = _plan_on_h200(tmp_path, "layernorm", {"split_l2_reuse": True})(16, 4194304)
     assert grouped[0] == "split" and grouped[1] * 4194304 * 2 <= 30 << 20  # each launch group fits half the L2
+
+
+@pytest.mark.parametrize("family", ["layernorm", "softmax", "cross_entropy"])
+def test_per_lane_statistics_stay_exact_on_rows_with_a_large_offset(tmp_path, family):
+    """Welford and the online max per lane are stable where sum(x^2) - n*mean^2 would cancel."""
+    cand, _ = _candidate(tmp_path, family, {"single_max_n": 1024, "block_n": 512, "split_rows": False})
+    torch.manual_seed(3)
+    x = 1000.0 + torch.randn(3, 3001)
+    if family == "layernorm":
+        new = cand.ModelNew(3001)
+        got, want = new(x), torch.nn.functional.layer_norm(x.double(), (3001,), new.weight.double(), new.bias.double(),
+                                                             1e-5)
+    elif family == "softmax":
+        got, want = cand.ModelNew()(x), torch.softmax(x.double(), -1)
+    else:
+        t = torch.randint(0, 3001, (3,))
+        got, want = cand.ModelNew()(x, t), torch.nn.functional.cross_entropy(x.double(), t, reduction="none")
+    torch.testing.assert_close(got.double(), want, atol=2e-4, rtol=2e-4)
 
 
 def test_warps_follow_the_tile(tmp_path):

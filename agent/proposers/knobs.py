@@ -92,6 +92,10 @@ _ROW_COMMON = (
 
 SPACES: dict[str, tuple[Knob, ...]] = {
     "rowwise": _ROW_COMMON + (
+        Knob("lane_stats", (False, True), True,
+             "each lane keeps running statistics (per-lane Welford, online max and sum) reduced across the "
+             "program once at the end: no cross-warp reduction and barrier per chunk, loads stay in flight",
+             "one reduction per chunk keeps nothing per lane: fewer registers"),
         Knob("split_l2_reuse", (False, True), False,
              "split rows are processed in groups of rows that fit half the L2, so the second pass reads them "
              "from L2 instead of memory (more launches)",
@@ -113,7 +117,7 @@ SPACES: dict[str, tuple[Knob, ...]] = {
              "one program per block lets the hardware scheduler balance the work"),
         Knob("programs_per_sm", (1, 2, 4, 8), 4, _PPS_UP, _PPS_DN, _persistent),
         Knob("num_warps", _WARPS, 4, _W_UP, _W_DN),
-        Knob("cache_hints", (False, True), True,
+        Knob("cache_hints", (False, True), False,
              "every byte is touched once: loads evict_first so the stream does not push other data out of L2",
              _HINT_DN),
     ),
@@ -138,11 +142,11 @@ SPACES: dict[str, tuple[Knob, ...]] = {
         Knob("split_k", (1, 2, 4, 8), 1,
              "splitting K (fp32 partials reduced by a second kernel) makes more programs when M*N is small",
              "no split avoids the workspace round trip and the second launch"),
-        Knob("persistent", (False, True), False,
+        Knob("persistent", (False, True), True,
              "a persistent grid (one program per SM walking the tiles in grouped order) saves launch waves "
              "and keeps the tail of the last wave short",
              "one program per tile lets the hardware scheduler balance the work"),
-        Knob("tma", (False, True), False,
+        Knob("tma", (False, True), True,
              "tensor-memory-accelerator loads (tensor descriptors) move tiles without address arithmetic in "
              "the threads (used where the strides are 16-byte aligned)",
              "pointer loads work for any stride and leave the copy to the threads"),
@@ -240,7 +244,8 @@ def single_moves(template: str, knobs: dict) -> list[Move]:
 
 _PAIRS = {  # knobs that tend to move together
     "rowwise": (("tile_elems", "elems_per_thread"), ("single_max_n", "block_n"), ("persistent", "programs_per_sm"),
-                ("block_n", "elems_per_thread"), ("num_stages", "cache_hints"), ("split_rows", "programs_per_sm")),
+                ("block_n", "elems_per_thread"), ("num_stages", "cache_hints"), ("split_rows", "programs_per_sm"),
+                ("lane_stats", "elems_per_thread")),
     "elementwise": (("block", "num_warps"), ("persistent", "programs_per_sm"), ("tiling", "block")),
     "reduction": (("tile_elems", "elems_per_thread"), ("single_max_n", "block_n"), ("block_n", "elems_per_thread"),
                   ("split_rows", "programs_per_sm")),
@@ -298,22 +303,24 @@ def far_configs(template: str, parent: dict, rng: random.Random, samples: int = 
 # What the evaluator's numbers say about a kernel, and which knob steps answer it. Each entry is
 # (knob, direction): "up" is the next value in `values` (True for a boolean), "down" the previous one.
 _SPILL_FIXES = {
-    "rowwise": (("elems_per_thread", "down"), ("single_max_n", "down"), ("tile_elems", "down"), ("block_n", "down")),
+    "rowwise": (("elems_per_thread", "down"), ("single_max_n", "down"), ("lane_stats", "down"), ("tile_elems", "down"),
+                ("block_n", "down")),
     "reduction": (("elems_per_thread", "down"), ("single_max_n", "down"), ("tile_elems", "down"),
                   ("block_n", "down")),
     "elementwise": (("num_warps", "up"), ("block", "down")),
     "matmul": (("num_stages", "down"), ("block_n", "down"), ("num_warps", "up"), ("block_k", "down")),
 }
 _PARALLELISM_FIXES = {  # far below the copy ceiling: too few programs or bytes in flight to cover latency
-    "rowwise": (("split_rows", "up"), ("programs_per_sm", "up"), ("tile_elems", "down"), ("elems_per_thread", "down")),
+    "rowwise": (("split_rows", "up"), ("lane_stats", "up"), ("programs_per_sm", "up"), ("tile_elems", "down"),
+                ("elems_per_thread", "down")),
     "reduction": (("split_rows", "up"), ("programs_per_sm", "up"), ("tile_elems", "down"),
                   ("elems_per_thread", "down")),
     "elementwise": (("block", "down"), ("num_warps", "up"), ("persistent", "down")),
     "matmul": (),
 }
 _BANDWIDTH_FIXES = {  # close but not at the ceiling: more bytes in flight per thread, fewer re-reads
-    "rowwise": (("cache_hints", "up"), ("elems_per_thread", "up"), ("num_stages", "up"), ("tile_elems", "up"),
-                ("single_max_n", "up")),
+    "rowwise": (("cache_hints", "up"), ("lane_stats", "up"), ("elems_per_thread", "up"), ("block_n", "up"),
+                ("num_stages", "up"), ("tile_elems", "up")),
     "reduction": (("cache_hints", "up"), ("elems_per_thread", "up"), ("tile_elems", "up"), ("single_max_n", "up")),
     "elementwise": (("cache_hints", "up"), ("block", "up"), ("persistent", "up")),
     "matmul": (),

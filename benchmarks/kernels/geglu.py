@@ -1,6 +1,6 @@
 """geglu candidate from kernelscout's template proposer (elementwise.j2).
 
-knobs: {"block": 2048, "cache_hints": true, "num_warps": 4, "persistent": false, "programs_per_sm": 4, "tiling": "flat"}"""
+knobs: {"block": 2048, "cache_hints": false, "num_warps": 4, "persistent": false, "programs_per_sm": 4, "tiling": "flat"}"""
 
 import functools
 
@@ -29,9 +29,9 @@ def _tile(t, A, B, Y, M, N, tiles_n, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexp
     # int64 from the start: t * BLOCK_N overflows int32 past 2^31 elements.
     offs = (tl.zeros((BLOCK_N,), tl.int64) + t) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = offs < M
-    a = tl.load(A + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
-    b = tl.load(B + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
-    tl.store(Y + offs, (_act(a) * b).to(Y.dtype.element_ty), mask=mask, eviction_policy="evict_first")
+    a = tl.load(A + offs, mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(B + offs, mask=mask, other=0.0).to(tl.float32)
+    tl.store(Y + offs, (_act(a) * b).to(Y.dtype.element_ty), mask=mask)
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,6 +1,6 @@
 """matmul_epilogue candidate from kernelscout's template proposer (matmul.j2).
 
-knobs: {"block_k": 64, "block_m": 128, "block_n": 256, "group_m": 8, "num_stages": 3, "num_warps": 8, "persistent": false, "split_k": 1, "tma": false}"""
+knobs: {"block_k": 64, "block_m": 128, "block_n": 256, "group_m": 8, "num_stages": 3, "num_warps": 8, "persistent": true, "split_k": 1, "tma": true}"""
 
 import functools
 import os
@@ -9,6 +9,7 @@ import torch
 import triton
 import triton.language as tl
 from torch import nn
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 _BLOCK_M = 128
 _BLOCK_N = 256
@@ -50,8 +51,11 @@ def _mainloop(X, W, XD, WD, pid_m, pid_n, k_lo, k_hi, M, N, K, stride_xm, stride
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
               UPCAST: tl.constexpr, TMA: tl.constexpr):
     """fp32 accumulator of one (BLOCK_M, BLOCK_N) tile over K steps [k_lo, k_hi)."""
-    acc = _loop_ptr(X, W, pid_m, pid_n, k_lo, k_hi, M, N, K, stride_xm, stride_xk, stride_wn, stride_wk,
-                    BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, UPCAST)
+    if TMA:
+        acc = _loop_tma(XD, WD, pid_m, pid_n, k_lo, k_hi, BLOCK_M, BLOCK_N, BLOCK_K, UPCAST)
+    else:
+        acc = _loop_ptr(X, W, pid_m, pid_n, k_lo, k_hi, M, N, K, stride_xm, stride_xk, stride_wn, stride_wk,
+                        BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, UPCAST)
     return acc
 
 
@@ -84,6 +88,21 @@ def _loop_ptr(X, W, pid_m, pid_n, k_lo, k_hi, M, N, K, stride_xm, stride_xk, str
 
 
 @triton.jit
+def _loop_tma(XD, WD, pid_m, pid_n, k_lo, k_hi, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+              BLOCK_K: tl.constexpr, UPCAST: tl.constexpr):
+    # Descriptors zero-fill rows, columns and K steps out of bounds: no masks at all.
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(k_lo, k_hi, BLOCK_K):
+        a = XD.load([pid_m * BLOCK_M, k0])
+        b = WD.load([pid_n * BLOCK_N, k0]).T
+        if UPCAST:
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+        acc = tl.dot(a, b, acc)
+    return acc
+
+
+@triton.jit
 def _matmul(X, W, XD, WD, BIAS, Y, WS, M, N, K, stride_xm, stride_xk, stride_wn, stride_wk, stride_ym, k_per_split,
             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
             SPLIT: tl.constexpr, EVEN_K: tl.constexpr, UPCAST: tl.constexpr, TMA: tl.constexpr):
@@ -91,10 +110,12 @@ def _matmul(X, W, XD, WD, BIAS, Y, WS, M, N, K, stride_xm, stride_xk, stride_wn,
     num_pid_n = tl.cdiv(N, BLOCK_N)
     k_lo = tl.program_id(1) * k_per_split
     k_hi = tl.minimum(k_lo + k_per_split, K)
-    pid_m, pid_n = _tile_coords(tl.program_id(0), num_pid_m, num_pid_n, GROUP_M)
-    acc = _mainloop(X, W, XD, WD, pid_m, pid_n, k_lo, k_hi, M, N, K, stride_xm, stride_xk, stride_wn, stride_wk,
-                    BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, UPCAST, TMA)
-    _finish_tile(acc, pid_m, pid_n, BIAS, Y, WS, M, N, stride_ym, BLOCK_M, BLOCK_N, SPLIT)
+    # Persistent grid: about one program per SM walks the tiles in grouped order.
+    for tile in range(tl.program_id(0), num_pid_m * num_pid_n, tl.num_programs(0)):
+        pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
+        acc = _mainloop(X, W, XD, WD, pid_m, pid_n, k_lo, k_hi, M, N, K, stride_xm, stride_xk, stride_wn,
+                        stride_wk, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, UPCAST, TMA)
+        _finish_tile(acc, pid_m, pid_n, BIAS, Y, WS, M, N, stride_ym, BLOCK_M, BLOCK_N, SPLIT)
 
 
 @triton.jit
@@ -129,6 +150,19 @@ def _fit_pipeline(block_m: int, block_n: int, block_k: int, itemsize: int, devic
     return block_k, stages
 
 
+def _descriptors(x2: torch.Tensor, w: torch.Tensor, block_m: int, block_n: int, block_k: int):
+    """Tensor descriptors for x and the weight where TMA can read them (16-byte aligned base and strides,
+    unit inner stride), else (None, None) and the kernel uses pointer loads."""
+    def ok(t: torch.Tensor) -> bool:
+        size = t.element_size()
+        return (t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and (t.stride(0) * size) % 16 == 0
+                and t.shape[-1] * size >= 16)
+
+    if not (ok(x2) and ok(w)):
+        return None, None
+    return (TensorDescriptor.from_tensor(x2, [block_m, block_k]), TensorDescriptor.from_tensor(w, [block_n, block_k]))
+
+
 class ModelNew(nn.Module):
     def __init__(self, k, n):
         super().__init__()
@@ -154,14 +188,14 @@ class ModelNew(nn.Module):
         split = max(1, triton.cdiv(k, k_per_split))
         ws = torch.empty((split, m, n), device=x2.device, dtype=torch.float32) if split > 1 else y
         bias = self.bias
-        xd, wd = x2, w  # unused: pointer loads
+        xd, wd = _descriptors(x2, w, block_m, block_n, block_k)
         tiles = triton.cdiv(m, block_m) * triton.cdiv(n, block_n)
-        grid = (tiles, split)
+        grid = (min(tiles, _device_facts(x2.device)[0]), split)
         _matmul[grid](
             x2, w, xd if xd is not None else x2, wd if wd is not None else w, bias, y, ws, m, n, k,
             x2.stride(0), x2.stride(1), stride_wn, stride_wk, y.stride(0), k_per_split,
             BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=8, SPLIT=split,
-            EVEN_K=k % block_k == 0, UPCAST=_INTERPRETED and x2.dtype != torch.float32, TMA=xd is not None and False,
+            EVEN_K=k % block_k == 0, UPCAST=_INTERPRETED and x2.dtype != torch.float32, TMA=xd is not None and True,
             num_warps=8, num_stages=stages,
         )
         return y.reshape(x.shape[:-1] + (n,))

@@ -1,6 +1,6 @@
 """rmsnorm candidate from kernelscout's template proposer (rowwise.j2).
 
-knobs: {"block_n": 4096, "cache_hints": true, "elems_per_thread": 16, "num_stages": 2, "persistent": false, "programs_per_sm": 4, "single_max_n": 16384, "split_l2_reuse": false, "split_rows": true, "tile_elems": 4096}"""
+knobs: {"block_n": 4096, "cache_hints": true, "elems_per_thread": 16, "lane_stats": true, "num_stages": 2, "persistent": false, "programs_per_sm": 4, "single_max_n": 16384, "split_l2_reuse": false, "split_rows": true, "tile_elems": 4096}"""
 
 import functools
 
@@ -21,32 +21,38 @@ _EPS = 1e-06
 
 
 @triton.jit
-def _kernel(X, W, Y, M, N, stride, eps, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE: tl.constexpr):
-    _row_block(tl.program_id(0), X, W, Y, M, N, stride, eps, ROWS, BLOCK_N, SINGLE)
+def _kernel(X, W, Y, M, N, stride, eps, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE: tl.constexpr,
+            EVEN: tl.constexpr):
+    _row_block(tl.program_id(0), X, W, Y, M, N, stride, eps, ROWS, BLOCK_N, SINGLE, EVEN)
 
 
 @triton.jit
-def _row_block(rb, X, W, Y, M, N, stride, eps, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE: tl.constexpr):
+def _row_block(rb, X, W, Y, M, N, stride, eps, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE: tl.constexpr,
+               EVEN: tl.constexpr):
     rows = rb * ROWS + tl.arange(0, ROWS)
     rmask = rows < M
     # Rows past the end re-read the last row (always in bounds) and are never stored: no NaN from -inf - -inf.
     base = tl.minimum(rows, M - 1).to(tl.int64) * stride
     if SINGLE:
-        _single(X, W, Y, base, rows, rmask, N, eps, ROWS, BLOCK_N)
+        _single(X, W, Y, base, rows, rmask, N, eps, ROWS, BLOCK_N, EVEN)
     else:
-        a, b = _stats(X, W, Y, base, rows, rmask, 0, N, ROWS, BLOCK_N)
+        a, b = _stats(X, W, Y, base, rows, rmask, 0, N, ROWS, BLOCK_N, EVEN)
         a, b = _finish(a, b, N, eps)
-        _apply(X, W, Y, base, rows, rmask, 0, N, a, b, ROWS, BLOCK_N, False)
+        _apply(X, W, Y, base, rows, rmask, 0, N, a, b, ROWS, BLOCK_N, False, EVEN)
 
 
 @triton.jit
-def _single(X, W, Y, base, rows, rmask, N, eps, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
+def _single(X, W, Y, base, rows, rmask, N, eps, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, EVEN: tl.constexpr):
     """The whole row in registers: one read of each input element."""
     cols = tl.arange(0, BLOCK_N)
     cmask = cols < N
     offs = base[:, None] + cols[None, :]
     smask = rmask[:, None] & cmask[None, :]
-    x = tl.load(X + offs, mask=cmask[None, :], other=0.0, eviction_policy="evict_first").to(tl.float32)
+    if EVEN:
+        x = tl.load(X + offs).to(tl.float32)
+    else:
+        x = tl.load(X + offs, mask=cmask[None, :], other=0.0).to(tl.float32)
+
     rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / N + eps)
     y = x * rstd[:, None]
     y = y * tl.load(W + cols, mask=cmask, other=0.0, eviction_policy="evict_last").to(tl.float32)[None, :]
@@ -54,17 +60,24 @@ def _single(X, W, Y, base, rows, rmask, N, eps, ROWS: tl.constexpr, BLOCK_N: tl.
 
 
 @triton.jit
-def _stats(X, W, Y, base, rows, rmask, lo, hi, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Statistics of columns [lo, hi) of each row, one read, in BLOCK_N chunks:
+def _stats(X, W, Y, base, rows, rmask, lo, hi, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, EVEN: tl.constexpr):
+    """Statistics of columns [lo, hi) of each row, one read in BLOCK_N chunks. Each lane keeps running
+    statistics of its own column slots, combined across the tile once at the end: no cross-warp reduction
+    (and barrier) per chunk, so loads of the next chunk are not held up.
     (sum of squares, the same again)."""
-    acc = tl.zeros((ROWS,), tl.float32)
-    for start in range(lo, hi, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
+    acc = tl.zeros((ROWS, BLOCK_N), tl.float32)
+    for i in range(0, tl.cdiv(hi - lo, BLOCK_N)):
+        cols = lo + i * BLOCK_N + tl.arange(0, BLOCK_N)
         cmask = cols < hi
         offs = base[:, None] + cols[None, :]
-        x = tl.load(X + offs, mask=cmask[None, :], other=0.0, eviction_policy="evict_last").to(tl.float32)
-        acc += tl.sum(x * x, axis=1)
-    return acc, acc
+        if EVEN:
+            x = tl.load(X + offs, eviction_policy="evict_last").to(tl.float32)
+        else:
+            x = tl.load(X + offs, mask=cmask[None, :], other=0.0, eviction_policy="evict_last").to(tl.float32)
+
+        acc += x * x
+    total = tl.sum(acc, axis=1)
+    return total, total
 
 
 @triton.jit
@@ -75,13 +88,17 @@ def _finish(a, b, N, eps):
 
 @triton.jit
 def _apply(X, W, Y, base, rows, rmask, lo, hi, a, b, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
-           FROM_H: tl.constexpr):
+           FROM_H: tl.constexpr, EVEN: tl.constexpr):
     """The output of columns [lo, hi), a second sweep over the input with finished statistics (a, b)."""
-    for start in range(lo, hi, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
+    for i in range(0, tl.cdiv(hi - lo, BLOCK_N)):
+        cols = lo + i * BLOCK_N + tl.arange(0, BLOCK_N)
         cmask = cols < hi
         offs = base[:, None] + cols[None, :]
-        x = tl.load(X + offs, mask=cmask[None, :], other=0.0, eviction_policy="evict_first").to(tl.float32)
+        if EVEN:
+            x = tl.load(X + offs, eviction_policy="evict_first").to(tl.float32)
+        else:
+            x = tl.load(X + offs, mask=cmask[None, :], other=0.0, eviction_policy="evict_first").to(tl.float32)
+
         y = x * b[:, None]
         y = y * tl.load(W + cols, mask=cmask, other=0.0, eviction_policy="evict_last").to(tl.float32)[None, :]
         tl.store(Y + offs, y.to(Y.dtype.element_ty), mask=rmask[:, None] & cmask[None, :], eviction_policy="evict_first")
@@ -91,7 +108,8 @@ def _apply(X, W, Y, base, rows, rmask, lo, hi, a, b, ROWS: tl.constexpr, BLOCK_N
 
 
 @triton.jit
-def _split_stats(X, W, Y, P, row0, M, N, stride, span, splits, pstride, BLOCK_N: tl.constexpr):
+def _split_stats(X, W, Y, P, row0, M, N, stride, span, splits, pstride, BLOCK_N: tl.constexpr,
+                 EVEN: tl.constexpr):
     """Pass 1: partial statistics of one span of one row, to P[0, g, s] and P[1, g, s] (fp32)."""
     s = tl.program_id(0)
     g = tl.program_id(1)
@@ -99,7 +117,7 @@ def _split_stats(X, W, Y, P, row0, M, N, stride, span, splits, pstride, BLOCK_N:
     rmask = rows < M
     base = rows.to(tl.int64) * stride
     lo = s * span
-    a, b = _stats(X, W, Y, base, rows, rmask, lo, tl.minimum(lo + span, N), 1, BLOCK_N)
+    a, b = _stats(X, W, Y, base, rows, rmask, lo, tl.minimum(lo + span, N), 1, BLOCK_N, EVEN)
     slot = g * splits + s + tl.arange(0, 1)
     tl.store(P + slot, a)
     tl.store(P + pstride + slot, b)
@@ -117,7 +135,7 @@ def _combine(P, g, N, span, splits, pstride, eps, SPLITS: tl.constexpr):
 
 @triton.jit
 def _split_apply(X, W, Y, P, row0, M, N, stride, span, splits, pstride, eps, SPLITS: tl.constexpr,
-                 BLOCK_N: tl.constexpr):
+                 BLOCK_N: tl.constexpr, EVEN: tl.constexpr):
     """Pass 2: combine the row's partials, then write this span. Programs run in reverse order of pass 1,
     so the spans read last (still in L2) are read again first."""
     s = tl.num_programs(0) - 1 - tl.program_id(0)
@@ -127,7 +145,7 @@ def _split_apply(X, W, Y, P, row0, M, N, stride, span, splits, pstride, eps, SPL
     a, b = _combine(P, g, N, span, splits, pstride, eps, SPLITS)
     lo = s * span
     _apply(X, W, Y, rows.to(tl.int64) * stride, rows, rmask, lo, tl.minimum(lo + span, N), a, b, 1, BLOCK_N,
-           True)
+           True, EVEN)
 
 
 @functools.lru_cache(maxsize=None)
@@ -188,17 +206,17 @@ class ModelNew(nn.Module):
                 g = min(rows, m - row0)
                 _split_stats[(splits, g)](
                     x2, self.weight, y, ws, row0, m, n, x2.stride(0), span, splits, rows * splits,
-                    BLOCK_N=block_n, num_warps=_warps(block_n), num_stages=_NUM_STAGES,
+                    BLOCK_N=block_n, EVEN=n % block_n == 0, num_warps=_warps(block_n), num_stages=_NUM_STAGES,
                 )
                 _split_apply[(splits, g)](
                     x2, self.weight, y, ws, row0, m, n, x2.stride(0), span, splits, rows * splits, eps,
-                    SPLITS=triton.next_power_of_2(splits), BLOCK_N=block_n, num_warps=_warps(block_n),
-                    num_stages=_NUM_STAGES,
+                    SPLITS=triton.next_power_of_2(splits), BLOCK_N=block_n, EVEN=n % block_n == 0,
+                    num_warps=_warps(block_n), num_stages=_NUM_STAGES,
                 )
         else:
             row_blocks = triton.cdiv(m, rows)
             _kernel[(_programs(row_blocks, x2.device),)](
                 x2, self.weight, y, m, n, x2.stride(0), eps, ROWS=rows, BLOCK_N=block_n, SINGLE=path == "single",
-                num_warps=_warps(rows * block_n), num_stages=_NUM_STAGES,
+                EVEN=n % block_n == 0, num_warps=_warps(rows * block_n), num_stages=_NUM_STAGES,
             )
         return y.reshape(x.shape)

@@ -1,6 +1,6 @@
 """softmax candidate from kernelscout's template proposer (rowwise.j2).
 
-knobs: {"block_n": 4096, "cache_hints": true, "elems_per_thread": 16, "num_stages": 2, "persistent": false, "programs_per_sm": 4, "single_max_n": 16384, "split_l2_reuse": false, "split_rows": true, "tile_elems": 4096}"""
+knobs: {"block_n": 4096, "cache_hints": true, "elems_per_thread": 16, "lane_stats": true, "num_stages": 2, "persistent": false, "programs_per_sm": 4, "single_max_n": 16384, "split_l2_reuse": false, "split_rows": true, "tile_elems": 4096}"""
 
 import functools
 
@@ -20,32 +20,38 @@ _NUM_STAGES = 2
 
 
 @triton.jit
-def _kernel(X, Y, M, N, stride, eps, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE: tl.constexpr):
-    _row_block(tl.program_id(0), X, Y, M, N, stride, eps, ROWS, BLOCK_N, SINGLE)
+def _kernel(X, Y, M, N, stride, eps, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE: tl.constexpr,
+            EVEN: tl.constexpr):
+    _row_block(tl.program_id(0), X, Y, M, N, stride, eps, ROWS, BLOCK_N, SINGLE, EVEN)
 
 
 @triton.jit
-def _row_block(rb, X, Y, M, N, stride, eps, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE: tl.constexpr):
+def _row_block(rb, X, Y, M, N, stride, eps, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE: tl.constexpr,
+               EVEN: tl.constexpr):
     rows = rb * ROWS + tl.arange(0, ROWS)
     rmask = rows < M
     # Rows past the end re-read the last row (always in bounds) and are never stored: no NaN from -inf - -inf.
     base = tl.minimum(rows, M - 1).to(tl.int64) * stride
     if SINGLE:
-        _single(X, Y, base, rows, rmask, N, eps, ROWS, BLOCK_N)
+        _single(X, Y, base, rows, rmask, N, eps, ROWS, BLOCK_N, EVEN)
     else:
-        a, b = _stats(X, Y, base, rows, rmask, 0, N, ROWS, BLOCK_N)
+        a, b = _stats(X, Y, base, rows, rmask, 0, N, ROWS, BLOCK_N, EVEN)
         a, b = _finish(a, b, N, eps)
-        _apply(X, Y, base, rows, rmask, 0, N, a, b, ROWS, BLOCK_N, False)
+        _apply(X, Y, base, rows, rmask, 0, N, a, b, ROWS, BLOCK_N, False, EVEN)
 
 
 @triton.jit
-def _single(X, Y, base, rows, rmask, N, eps, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
+def _single(X, Y, base, rows, rmask, N, eps, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, EVEN: tl.constexpr):
     """The whole row in registers: one read of each input element."""
     cols = tl.arange(0, BLOCK_N)
     cmask = cols < N
     offs = base[:, None] + cols[None, :]
     smask = rmask[:, None] & cmask[None, :]
-    x = tl.load(X + offs, mask=cmask[None, :], other=float("-inf"), eviction_policy="evict_first").to(tl.float32)
+    if EVEN:
+        x = tl.load(X + offs).to(tl.float32)
+    else:
+        x = tl.load(X + offs, mask=cmask[None, :], other=float("-inf")).to(tl.float32)
+
     mx = tl.max(x, axis=1)
     e = tl.exp(x - mx[:, None])
     s = tl.sum(e, axis=1)
@@ -53,19 +59,28 @@ def _single(X, Y, base, rows, rmask, N, eps, ROWS: tl.constexpr, BLOCK_N: tl.con
 
 
 @triton.jit
-def _stats(X, Y, base, rows, rmask, lo, hi, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Statistics of columns [lo, hi) of each row, one read, in BLOCK_N chunks:
-    (max, sum of exp(x - max)), the online form: the sum is rescaled whenever the max grows."""
-    mx = tl.full((ROWS,), float("-inf"), tl.float32)
-    s = tl.zeros((ROWS,), tl.float32)
-    for start in range(lo, hi, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
+def _stats(X, Y, base, rows, rmask, lo, hi, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, EVEN: tl.constexpr):
+    """Statistics of columns [lo, hi) of each row, one read in BLOCK_N chunks. Each lane keeps running
+    statistics of its own column slots, combined across the tile once at the end: no cross-warp reduction
+    (and barrier) per chunk, so loads of the next chunk are not held up.
+    (max, sum of exp(x - max)), online per lane with one exp per element: a lane whose max grows rescales
+    its sum by exp(old - new), else it adds exp(x - max)."""
+    # A finite floor rather than -inf: x - m is never -inf - -inf (NaN), and a masked x (-inf) adds exp(-inf) = 0.
+    m = tl.full((ROWS, BLOCK_N), -3.0e38, tl.float32)
+    s = tl.zeros((ROWS, BLOCK_N), tl.float32)
+    for i in range(0, tl.cdiv(hi - lo, BLOCK_N)):
+        cols = lo + i * BLOCK_N + tl.arange(0, BLOCK_N)
         cmask = cols < hi
-        x = tl.load(X + base[:, None] + cols[None, :], mask=cmask[None, :], other=float("-inf"), eviction_policy="evict_last").to(tl.float32)
-        new = tl.maximum(mx, tl.max(x, axis=1))
-        s = s * tl.exp(mx - new) + tl.sum(tl.exp(x - new[:, None]), axis=1)
-        mx = new
-    return mx, s
+        if EVEN:
+            x = tl.load(X + base[:, None] + cols[None, :], eviction_policy="evict_last").to(tl.float32)
+        else:
+            x = tl.load(X + base[:, None] + cols[None, :], mask=cmask[None, :], other=float("-inf"), eviction_policy="evict_last").to(tl.float32)
+
+        e = tl.exp(-tl.abs(x - m))
+        s = tl.where(x > m, s * e + 1.0, s + e)
+        m = tl.maximum(m, x)
+    mx = tl.max(m, axis=1)
+    return mx, tl.sum(s * tl.exp(m - mx[:, None]), axis=1)
 
 
 @triton.jit
@@ -76,13 +91,17 @@ def _finish(a, b, N, eps):
 
 @triton.jit
 def _apply(X, Y, base, rows, rmask, lo, hi, a, b, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
-           FROM_H: tl.constexpr):
+           FROM_H: tl.constexpr, EVEN: tl.constexpr):
     """The output of columns [lo, hi), a second sweep over the input with finished statistics (a, b)."""
-    for start in range(lo, hi, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
+    for i in range(0, tl.cdiv(hi - lo, BLOCK_N)):
+        cols = lo + i * BLOCK_N + tl.arange(0, BLOCK_N)
         cmask = cols < hi
         offs = base[:, None] + cols[None, :]
-        x = tl.load(X + offs, mask=cmask[None, :], other=0.0, eviction_policy="evict_first").to(tl.float32)
+        if EVEN:
+            x = tl.load(X + offs, eviction_policy="evict_first").to(tl.float32)
+        else:
+            x = tl.load(X + offs, mask=cmask[None, :], other=0.0, eviction_policy="evict_first").to(tl.float32)
+
         y = tl.exp(x - a[:, None]) / b[:, None]
         tl.store(Y + offs, y.to(Y.dtype.element_ty), mask=rmask[:, None] & cmask[None, :], eviction_policy="evict_first")
 
@@ -91,7 +110,8 @@ def _apply(X, Y, base, rows, rmask, lo, hi, a, b, ROWS: tl.constexpr, BLOCK_N: t
 
 
 @triton.jit
-def _split_stats(X, Y, P, row0, M, N, stride, span, splits, pstride, BLOCK_N: tl.constexpr):
+def _split_stats(X, Y, P, row0, M, N, stride, span, splits, pstride, BLOCK_N: tl.constexpr,
+                 EVEN: tl.constexpr):
     """Pass 1: partial statistics of one span of one row, to P[0, g, s] and P[1, g, s] (fp32)."""
     s = tl.program_id(0)
     g = tl.program_id(1)
@@ -99,7 +119,7 @@ def _split_stats(X, Y, P, row0, M, N, stride, span, splits, pstride, BLOCK_N: tl
     rmask = rows < M
     base = rows.to(tl.int64) * stride
     lo = s * span
-    a, b = _stats(X, Y, base, rows, rmask, lo, tl.minimum(lo + span, N), 1, BLOCK_N)
+    a, b = _stats(X, Y, base, rows, rmask, lo, tl.minimum(lo + span, N), 1, BLOCK_N, EVEN)
     slot = g * splits + s + tl.arange(0, 1)
     tl.store(P + slot, a)
     tl.store(P + pstride + slot, b)
@@ -120,7 +140,7 @@ def _combine(P, g, N, span, splits, pstride, eps, SPLITS: tl.constexpr):
 
 @triton.jit
 def _split_apply(X, Y, P, row0, M, N, stride, span, splits, pstride, eps, SPLITS: tl.constexpr,
-                 BLOCK_N: tl.constexpr):
+                 BLOCK_N: tl.constexpr, EVEN: tl.constexpr):
     """Pass 2: combine the row's partials, then write this span. Programs run in reverse order of pass 1,
     so the spans read last (still in L2) are read again first."""
     s = tl.num_programs(0) - 1 - tl.program_id(0)
@@ -130,7 +150,7 @@ def _split_apply(X, Y, P, row0, M, N, stride, span, splits, pstride, eps, SPLITS
     a, b = _combine(P, g, N, span, splits, pstride, eps, SPLITS)
     lo = s * span
     _apply(X, Y, rows.to(tl.int64) * stride, rows, rmask, lo, tl.minimum(lo + span, N), a, b, 1, BLOCK_N,
-           True)
+           True, EVEN)
 
 
 @functools.lru_cache(maxsize=None)
@@ -190,17 +210,17 @@ class ModelNew(nn.Module):
                 g = min(rows, m - row0)
                 _split_stats[(splits, g)](
                     x2, y, ws, row0, m, n, x2.stride(0), span, splits, rows * splits,
-                    BLOCK_N=block_n, num_warps=_warps(block_n), num_stages=_NUM_STAGES,
+                    BLOCK_N=block_n, EVEN=n % block_n == 0, num_warps=_warps(block_n), num_stages=_NUM_STAGES,
                 )
                 _split_apply[(splits, g)](
                     x2, y, ws, row0, m, n, x2.stride(0), span, splits, rows * splits, eps,
-                    SPLITS=triton.next_power_of_2(splits), BLOCK_N=block_n, num_warps=_warps(block_n),
-                    num_stages=_NUM_STAGES,
+                    SPLITS=triton.next_power_of_2(splits), BLOCK_N=block_n, EVEN=n % block_n == 0,
+                    num_warps=_warps(block_n), num_stages=_NUM_STAGES,
                 )
         else:
             row_blocks = triton.cdiv(m, rows)
             _kernel[(_programs(row_blocks, x2.device),)](
                 x2, y, m, n, x2.stride(0), eps, ROWS=rows, BLOCK_N=block_n, SINGLE=path == "single",
-                num_warps=_warps(rows * block_n), num_stages=_NUM_STAGES,
+                EVEN=n % block_n == 0, num_warps=_warps(rows * block_n), num_stages=_NUM_STAGES,
             )
         return y.reshape(x.shape)
