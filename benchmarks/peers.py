@@ -316,9 +316,10 @@ def run_row(op: str, params: dict[str, int], args, ceiling: Optional[float], tim
         fns["cublas_matmul"] = lambda x: x @ w.T  # the matmul alone: what the epilogue's fusion is up against
     if timer is not None and "torch_compile" in args.providers:
         fns["torch_compile"] = _compile(built.model, None)
-    if timer is not None and "max_autotune" in args.providers:
+    if timer is not None and "max_autotune" in args.providers and rid in args.autotune_rows:
         if autotune_ok is False:
-            out.append(Measurement(rid, "max_autotune", "skipped", f"did not compile within {args.autotune_cap_s:.0f} s"))
+            out.append(Measurement(rid, "max_autotune", "skipped",
+                                   f"not compiled within {args.autotune_cap_s:.0f} s (or the run's budget)"))
         else:
             fns["max_autotune"] = _compile(built.model, "max-autotune-no-cudagraphs")
     if "kernel" in args.providers:
@@ -395,10 +396,13 @@ def warm_row(op: str, params: dict[str, int], args) -> None:
 def _child(args, spec: str, *, autotune: bool, timeout: Optional[float]) -> tuple[bool, str]:
     cmd = [sys.executable, "-m", "benchmarks.peers", "--warm-only", "--rows", spec, "--dtype", args.dtype,
            "--kernels", str(args.kernels), "--providers", ",".join(args.providers)]
+    env = dict(os.environ)
     if autotune:
         cmd.append("--warm-autotune")
+    else:  # many children at once: no compile-worker pool in each (max-autotune, alone, keeps its pool)
+        env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     try:
-        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         return False, "timed out"
     return done.returncode == 0, (done.stdout + done.stderr)[-400:]
@@ -418,9 +422,15 @@ def warm_all(rows, args) -> dict[str, bool]:
     print(f"  warmed {len(specs)} rows in {time.time() - t0:.0f} s with {args.jobs} processes")
     autotune_ok = {}
     if "max_autotune" in args.providers:
-        for spec in specs:
+        spent = 0.0
+        for spec in [s for s in args.autotune_rows if s in specs]:
+            if spent >= args.autotune_budget_s:
+                autotune_ok[spec] = False
+                print(f"  max-autotune {spec}: not attempted, the run's max-autotune budget is spent")
+                continue
             t1 = time.time()
             ok, tail = _child(args, spec, autotune=True, timeout=args.autotune_cap_s)
+            spent += time.time() - t1
             autotune_ok[spec] = ok
             print(f"  max-autotune {spec}: {'compiled' if ok else 'NOT compiled: ' + tail.strip()[-160:]} "
                   f"in {time.time() - t1:.0f} s")
@@ -543,6 +553,10 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     ap.add_argument("--jobs", type=int, default=0, help="warm caches in this many processes first (0: no)")
     ap.add_argument("--warm-cap-s", type=float, default=300.0, help="cap on one row's parallel warm-up")
     ap.add_argument("--autotune-cap-s", type=float, default=300.0, help="max-autotune compile cap per row")
+    ap.add_argument("--autotune-rows", action="append", default=[],
+                    help="rows that time max-autotune, in priority order (repeatable; default: every row)")
+    ap.add_argument("--autotune-budget-s", type=float, default=3600.0,
+                    help="total max-autotune warm-up time; rows past it are not attempted")
     ap.add_argument("--out", type=Path, default=None, help="write peers.json and peers.csv here (after every row)")
     ap.add_argument("--full-table", action="store_true", help="repeat every measurement in one table at the end")
     ap.add_argument("--warm-only", action="store_true", help=argparse.SUPPRESS)
@@ -557,6 +571,8 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
 
 def select_rows(args) -> list[tuple[str, dict[str, int]]]:
     rows = [parse_row(s) for s in args.rows] if args.rows else list(DEFAULT_ROWS)
+    # every row by default; else the named ones (normalized through the parser), in the order given
+    args.autotune_rows = [row_id(*parse_row(s)) for s in args.autotune_rows] or [row_id(op, p) for op, p in rows]
     if args.ops:  # only these ops, in the order given
         ops = [o for o in args.ops.split(",") if o]
         rows = sorted(((op, p) for op, p in rows if op in ops), key=lambda r: ops.index(r[0]))

@@ -24,7 +24,7 @@ PROBLEMS = Path(__file__).resolve().parents[1] / "evaluation" / "problems"
 
 # Shapes the problems' own CPU cases do not all reach: M=1, N=1, odd widths, more than 64 rows, and rows wider
 # than 4096 that are not a power of two (which, with the interpreter's 2-SM stand-in, take the split path).
-ROW_CASES = [(1, 64), (3, 1), (7, 97), (70, 33), (2, 5000), (1, 12289), (5, 1000)]
+ROW_CASES = [(1, 64), (3, 1), (7, 97), (70, 33), (2, 5000), (1, 12289), (5, 1000), (2, 4096)]  # last: EVEN chunks
 MATMUL_CASES = [(1, 64, 32), (9, 1, 1), (37, 61, 53), (70, 40, 30), (130, 96, 80)]
 
 PATHS = {  # knob changes that make the CPU cases above take each path

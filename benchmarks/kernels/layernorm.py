@@ -1,6 +1,6 @@
 """layernorm candidate from kernelscout's template proposer (rowwise.j2).
 
-knobs: {"block_n": 4096, "cache_hints": true, "elems_per_thread": 16, "lane_stats": true, "num_stages": 2, "persistent": false, "programs_per_sm": 4, "single_max_n": 16384, "split_l2_reuse": false, "split_rows": true, "tile_elems": 4096}"""
+knobs: {"block_n": 4096, "cache_hints": true, "elems_per_thread": 32, "lane_stats": true, "num_stages": 2, "persistent": false, "programs_per_sm": 4, "single_max_n": 16384, "split_l2_reuse": false, "split_rows": true, "tile_elems": 4096}"""
 
 import functools
 import math
@@ -13,7 +13,7 @@ from torch import nn
 _TILE_ELEMS = 4096
 _SINGLE_MAX_N = 16384
 _BLOCK_N = 4096
-_ELEMS_PER_THREAD = 16
+_ELEMS_PER_THREAD = 32
 _SPLIT_ROWS = True
 _PROGRAMS_PER_SM = 4
 _L2_GROUPS = False
@@ -53,7 +53,6 @@ def _single(X, W, B, Y, base, rows, rmask, N, eps, ROWS: tl.constexpr, BLOCK_N: 
         x = tl.load(X + offs).to(tl.float32)
     else:
         x = tl.load(X + offs, mask=cmask[None, :], other=0.0).to(tl.float32)
-
     mean = tl.sum(x, axis=1) / N
     xc = tl.where(cmask[None, :], x - mean[:, None], 0.0)
     rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=1) / N + eps)
@@ -80,7 +79,6 @@ def _stats(X, W, B, Y, base, rows, rmask, lo, hi, ROWS: tl.constexpr, BLOCK_N: t
             x = tl.load(X + base[:, None] + cols[None, :], eviction_policy="evict_last").to(tl.float32)
         else:
             x = tl.load(X + base[:, None] + cols[None, :], mask=cmask[None, :], other=0.0, eviction_policy="evict_last").to(tl.float32)
-
         # Every lane this chunk covers has seen i + 1 values: only the last chunk can be partial.
         delta = x - mean
         mean += tl.where(cmask[None, :], delta * (1.0 / (i + 1)), 0.0)
@@ -110,7 +108,6 @@ def _apply(X, W, B, Y, base, rows, rmask, lo, hi, a, b, ROWS: tl.constexpr, BLOC
             x = tl.load(X + offs, eviction_policy="evict_first").to(tl.float32)
         else:
             x = tl.load(X + offs, mask=cmask[None, :], other=0.0, eviction_policy="evict_first").to(tl.float32)
-
         y = (x - a[:, None]) * b[:, None]
         y = y * tl.load(W + cols, mask=cmask, other=0.0, eviction_policy="evict_last").to(tl.float32)[None, :]
         y = y + tl.load(B + cols, mask=cmask, other=0.0, eviction_policy="evict_last").to(tl.float32)[None, :]

@@ -1,6 +1,6 @@
 """rmsnorm candidate from kernelscout's template proposer (rowwise.j2).
 
-knobs: {"block_n": 4096, "cache_hints": true, "elems_per_thread": 16, "lane_stats": true, "num_stages": 2, "persistent": false, "programs_per_sm": 4, "single_max_n": 16384, "split_l2_reuse": false, "split_rows": true, "tile_elems": 4096}"""
+knobs: {"block_n": 8192, "cache_hints": true, "elems_per_thread": 16, "lane_stats": true, "num_stages": 2, "persistent": false, "programs_per_sm": 4, "single_max_n": 16384, "split_l2_reuse": false, "split_rows": true, "tile_elems": 4096}"""
 
 import functools
 
@@ -11,7 +11,7 @@ from torch import nn
 
 _TILE_ELEMS = 4096
 _SINGLE_MAX_N = 16384
-_BLOCK_N = 4096
+_BLOCK_N = 8192
 _ELEMS_PER_THREAD = 16
 _SPLIT_ROWS = True
 _PROGRAMS_PER_SM = 4
@@ -52,7 +52,6 @@ def _single(X, W, Y, base, rows, rmask, N, eps, ROWS: tl.constexpr, BLOCK_N: tl.
         x = tl.load(X + offs).to(tl.float32)
     else:
         x = tl.load(X + offs, mask=cmask[None, :], other=0.0).to(tl.float32)
-
     rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / N + eps)
     y = x * rstd[:, None]
     y = y * tl.load(W + cols, mask=cmask, other=0.0, eviction_policy="evict_last").to(tl.float32)[None, :]
@@ -74,7 +73,6 @@ def _stats(X, W, Y, base, rows, rmask, lo, hi, ROWS: tl.constexpr, BLOCK_N: tl.c
             x = tl.load(X + offs, eviction_policy="evict_last").to(tl.float32)
         else:
             x = tl.load(X + offs, mask=cmask[None, :], other=0.0, eviction_policy="evict_last").to(tl.float32)
-
         acc += x * x
     total = tl.sum(acc, axis=1)
     return total, total
@@ -98,7 +96,6 @@ def _apply(X, W, Y, base, rows, rmask, lo, hi, a, b, ROWS: tl.constexpr, BLOCK_N
             x = tl.load(X + offs, eviction_policy="evict_first").to(tl.float32)
         else:
             x = tl.load(X + offs, mask=cmask[None, :], other=0.0, eviction_policy="evict_first").to(tl.float32)
-
         y = x * b[:, None]
         y = y * tl.load(W + cols, mask=cmask, other=0.0, eviction_policy="evict_last").to(tl.float32)[None, :]
         tl.store(Y + offs, y.to(Y.dtype.element_ty), mask=rmask[:, None] & cmask[None, :], eviction_policy="evict_first")
