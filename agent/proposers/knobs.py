@@ -2,9 +2,13 @@
 
 A configuration is a plain dict (JSON-able, stored with the candidate). Knobs describe strategy, not
 sizes for one shape: the generated forward() turns them into legal block sizes for the tensor it gets.
-Some knobs only matter when another is set (the chunk size of a looped pass, the programs per SM of a
-persistent grid); `normalize` pins those dead knobs to their defaults so that two configurations that
-generate the same kernel are the same dict, and moves never spend a candidate on a dead knob.
+Some knobs only matter when another is set (the programs per SM of a persistent grid or a split row, the
+L2 grouping of a split row); `normalize` pins those dead knobs to their defaults so that two configurations
+that generate the same kernel are the same dict, and moves never spend a candidate on a dead knob.
+
+Refinements first take the moves the parent's own measurements argue for (`steered_moves`: spills and
+registers from the compiler, % of the copy ceiling per timed case, a compile out of resources), each with
+that evidence at the head of its rationale.
 """
 
 from __future__ import annotations
