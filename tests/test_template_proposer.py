@@ -94,22 +94,22 @@ def _knobs(template: str, **changes) -> dict:
 # ---------------------------------------------------------------- every family computes its reference
 
 _ROW = "rowwise"
-CONFIGS = {
-    "layernorm": [{}, {"single_pass": False, "block_n": 512, "rows_per_program": 4},
-                  {"rows_per_program": 16, "persistent": True, "programs_per_sm": 1, "cache_hints": True}],
-    "rmsnorm": [{}, {"single_pass": False, "block_n": 512, "persistent": True, "programs_per_sm": 1},
-                {"rows_per_program": 8}],
-    "add_rmsnorm": [{}, {"single_pass": False, "block_n": 512, "rows_per_program": 2, "cache_hints": True},
-                    {"rows_per_program": 4, "persistent": True, "programs_per_sm": 1}],
-    "softmax": [{}, {"single_pass": False, "block_n": 512, "rows_per_program": 4},
-                {"rows_per_program": 2, "persistent": True, "programs_per_sm": 1}],
-    "log_softmax": [{}, {"single_pass": False, "block_n": 512, "persistent": True, "programs_per_sm": 2},
-                    {"rows_per_program": 16}],
-    "cross_entropy": [{}, {"single_pass": False, "block_n": 512, "rows_per_program": 4},
-                      {"rows_per_program": 2, "persistent": True, "programs_per_sm": 1}],
+CONFIGS = {  # the default, then configurations that take the other paths at the CPU shapes
+    "layernorm": [{}, {"single_max_n": 1024, "block_n": 512, "tile_elems": 2048},
+                  {"tile_elems": 32768, "persistent": True, "programs_per_sm": 1, "cache_hints": False}],
+    "rmsnorm": [{}, {"single_max_n": 1024, "block_n": 512, "persistent": True, "programs_per_sm": 1},
+                {"tile_elems": 16384, "elems_per_thread": 2}],
+    "add_rmsnorm": [{}, {"single_max_n": 1024, "block_n": 512, "tile_elems": 1024, "cache_hints": False},
+                    {"tile_elems": 16384, "persistent": True, "programs_per_sm": 1}],
+    "softmax": [{}, {"single_max_n": 1024, "block_n": 512, "tile_elems": 2048},
+                {"tile_elems": 8192, "persistent": True, "programs_per_sm": 1}],
+    "log_softmax": [{}, {"single_max_n": 1024, "block_n": 512, "persistent": True, "programs_per_sm": 2},
+                    {"tile_elems": 32768}],
+    "cross_entropy": [{}, {"single_max_n": 1024, "block_n": 512, "tile_elems": 2048},
+                      {"tile_elems": 8192, "persistent": True, "programs_per_sm": 1}],
     "swiglu": [{}, {"tiling": "rows", "block": 256}, {"block": 256, "persistent": True, "programs_per_sm": 1}],
     "geglu": [{}, {"tiling": "rows", "block": 512, "persistent": True, "programs_per_sm": 1}, {"block": 16384}],
-    "row_sum": [{}, {"single_pass": False, "block_n": 512, "rows_per_program": 4}, {"rows_per_program": 16}],
+    "row_sum": [{}, {"single_max_n": 1024, "block_n": 512, "tile_elems": 2048}, {"tile_elems": 32768}],
     "matmul_epilogue": [{}, {"split_k": 4, "block_k": 16, "block_m": 16, "block_n": 32, "group_m": 4},
                         {"block_m": 32, "block_n": 16, "block_k": 32, "split_k": 2, "group_m": 1}],
 }
@@ -126,7 +126,7 @@ def test_seed_and_mutated_configurations_compute_the_reference(tmp_path, family)
 
 
 @pytest.mark.parametrize("family,changes", [
-    ("layernorm", {"single_pass": False, "block_n": 512, "rows_per_program": 2}),
+    ("layernorm", {"single_max_n": 1024, "block_n": 512, "tile_elems": 1024}),
     ("cross_entropy", {}),
     ("geglu", {"tiling": "rows", "block": 256}),
     ("matmul_epilogue", {"split_k": 2, "block_k": 16}),
@@ -160,7 +160,7 @@ def test_kernelbench_reference_candidate_mirrors_nested_parameters(tmp_path):
     problem = load_problem(str(ref), device="cpu")
     result = TemplateProposer().propose(ProposeRequest(
         problem=problem, device="cpu", arch="cpu", device_name="cpu", action=Action.refine, n=1,
-        parent=ParentInfo(candidate_id="p", source="", knobs=_knobs(_ROW, single_pass=False, block_n=512))))
+        parent=ParentInfo(candidate_id="p", source="", knobs=_knobs(_ROW, single_max_n=1024, block_n=512))))
     (proposal,) = result.proposals
     path = tmp_path / "cand_kb.py"
     path.write_text(proposal.source)
@@ -192,12 +192,13 @@ def test_seed_is_the_family_default_with_template_provenance():
 
 
 def test_valid_seed_hint_comes_first_and_invalid_ones_are_ignored_with_a_reason():
-    hints = ({"rows_per_program": 3}, {"block": 1024}, {"knobs": {"rows_per_program": 4, "num_warps": 4}})
+    hints = ({"tile_elems": 3000}, {"block": 1024}, {"knobs": {"tile_elems": 8192, "elems_per_thread": 8}})
     result = TemplateProposer().propose(_request("rmsnorm", n=2, hints=hints))
     first, second = result.proposals
-    assert first.knobs == _knobs(_ROW, rows_per_program=4, num_warps=4)
+    assert first.knobs == _knobs(_ROW, tile_elems=8192, elems_per_thread=8)
     assert "seed_hints[2]" in first.rationale
-    assert "seed_hints[0] ignored: rows_per_program=3 is not one of (1, 2, 4, 8, 16)" in first.rationale
+    assert "seed_hints[0] ignored: tile_elems=3000 is not one of (1024, 2048, 4096, 8192, 16384, 32768)" in (
+        first.rationale)
     assert "seed_hints[1] ignored: unknown knob(s) for the rowwise template: block" in first.rationale
     assert second.knobs == K.default_knobs("rowwise")
 
@@ -219,30 +220,31 @@ def test_refine_mutations_change_exactly_the_knobs_their_tags_claim():
 
 def test_rationale_says_what_changed_and_why():
     seed = TemplateProposer().propose(_request("layernorm")).proposals[0]
-    parent = _parent(seed).model_copy(update={"transformation_tags": ("rows_per_program=1",)})
+    parent = _parent(seed).model_copy(update={"transformation_tags": ("tile_elems=4096",)})
     p = TemplateProposer().propose(_request("layernorm", Action.refine, parent)).proposals[0]
-    assert p.transformation_tags == ("rows_per_program=2",)
-    assert p.rationale.startswith("refine, rows_per_program 1->2: more rows per program amortize launch")
+    assert p.transformation_tags in (("tile_elems=8192",), ("tile_elems=2048",))
+    assert p.rationale.startswith("refine, tile_elems 4096->")
+    assert "elements per program" in p.rationale
     assert "shapes like M=8,N=256" in p.rationale
 
 
 def test_refine_continues_along_the_knob_the_parent_just_moved():
-    base = _knobs(_ROW, rows_per_program=2)
+    base = _knobs(_ROW, tile_elems=8192)
     grandparent = render(match_family(PROBLEMS / "softmax.py"), K.default_knobs(_ROW))
     parent = ParentInfo(candidate_id="p", source=render(match_family(PROBLEMS / "softmax.py"), base), knobs=base,
-                        transformation_tags=("rows_per_program=2",))
+                        transformation_tags=("tile_elems=8192",))
     result = TemplateProposer().propose(_request("softmax", Action.refine, parent, n=1,
                                                  seen=frozenset({source_sha256(grandparent)})))
-    assert result.proposals[0].transformation_tags == ("rows_per_program=4",)
+    assert result.proposals[0].transformation_tags == ("tile_elems=16384",)
 
 
 def test_sibling_moves_a_knob_the_parent_did_not_just_change():
-    base = _knobs(_ROW, rows_per_program=2)
-    parent = ParentInfo(candidate_id="p", source="x", knobs=base, transformation_tags=("rows_per_program=2",))
+    base = _knobs(_ROW, tile_elems=8192)
+    parent = ParentInfo(candidate_id="p", source="x", knobs=base, transformation_tags=("tile_elems=8192",))
     result = TemplateProposer().propose(_request("softmax", Action.sibling, parent, n=6))
     assert len(result.proposals) == 6
     for p in result.proposals:
-        assert not any(t.startswith("rows_per_program=") for t in p.transformation_tags)
+        assert not any(t.startswith("tile_elems=") for t in p.transformation_tags)
 
 
 def test_refine_never_repeats_a_seen_source_and_ends_exhausted():
@@ -310,8 +312,9 @@ def test_knob_validation_rejects_unknown_knobs_and_illegal_values():
         K.validate("matmul", {**K.default_knobs("matmul"), "rows_per_program": 2})
     with pytest.raises(K.KnobError, match=r"split_k=3 is not one of \(1, 2, 4, 8\)"):
         K.validate("matmul", {**K.default_knobs("matmul"), "split_k": 3})
-    # dead knobs are pinned: block_n does not matter in a single pass, so both spell one kernel
-    assert K.validate(_ROW, _knobs(_ROW, block_n=512)) == K.default_knobs(_ROW)
+    # dead knobs are pinned: programs per SM do not matter without a persistent grid or split rows
+    plain = _knobs(_ROW, split_rows=False)
+    assert K.validate(_ROW, {**plain, "programs_per_sm": 1}) == plain
 
 
 # ---------------------------------------------------------------- through the real evaluator, once it exists

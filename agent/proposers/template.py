@@ -3,7 +3,8 @@
 No model is asked anything, so a search runs without a network and every candidate is reproducible from
 (template, knobs). Each action is a way to pick configurations: seed takes past winners on similar devices
 (`seed_hints`) then the family default; refine continues along the knob the parent just changed, then
-tries its other neighbours; sibling prefers knobs the parent did not just move; restart jumps to a random
+tries its other neighbours (first the moves its measured registers, spills and % of copy ceiling argue
+for: `knobs.steered_moves`); sibling prefers knobs the parent did not just move; restart jumps to a random
 configuration far from the parent. A configuration whose source was already evaluated is never returned.
 """
 
@@ -227,10 +228,15 @@ class TemplateProposer:
         rng.shuffle(pairs)
         along = [m for m in singles if set(m.names) & last]
         across = [m for m in singles if not set(m.names) & last]
+        # Moves the parent's own diagnostics argue for (spills, % of copy ceiling, out of resources) go first.
+        steered = K.steered_moves(template, base, request.parent.result if request.parent else None)
         if request.action is Action.refine:
-            order: Iterable[K.Move] = along + across + pairs
+            order: Iterable[K.Move] = steered + along + across + pairs
             verb = "refine"
-        else:  # sibling (and repair: a failed template candidate is best replaced by a neighbour)
+        elif request.action is Action.repair:  # a failed template candidate is best replaced by a neighbour
+            order = steered + across + pairs + along
+            verb = "repair"
+        else:  # sibling
             order = across + pairs + along
             verb = request.action.value
         for move in order:

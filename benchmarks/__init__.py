@@ -1,0 +1,1 @@
+"""Benchmarks run from a checkout (not installed): `python -m benchmarks.peers` on a GPU host."""
