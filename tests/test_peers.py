@@ -1,5 +1,5 @@
-"""benchmarks.peers: runs with torch and Triton alone, checks kernels before timing them, and reports one line
-per row; benchmarks.render keeps the committed kernels equal to what the templates render today."""
+"""agent.search.peers: runs with torch and Triton alone, checks kernels before timing them, and reports one line
+per row; agent.search.peers.render keeps the committed kernels equal to what the templates render today."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import peers
-from benchmarks.render import BEST_KNOBS, KERNELS, render_all
+from agent.search.peers import bench as peers
+from agent.search.peers.render import BEST_KNOBS, KERNELS, render_all
 
 ROOT = Path(__file__).resolve().parents[1]
 STDLIB = set(sys.stdlib_module_names)
@@ -29,14 +29,14 @@ def _top_imports(path: Path) -> set[str]:
 def test_committed_kernels_are_what_the_templates_render_from_best_knobs():
     rendered = render_all(BEST_KNOBS)
     committed = {str(p.relative_to(KERNELS)): p.read_text() for p in KERNELS.rglob("*.py")}
-    assert set(rendered) == set(committed), "run: python -m benchmarks.render"
+    assert set(rendered) == set(committed), "run: python -m agent.search.peers.render"
     stale = [name for name, source in rendered.items() if committed[name] != source]
-    assert not stale, f"stale kernels {stale}: run python -m benchmarks.render"
+    assert not stale, f"stale kernels {stale}: run python -m agent.search.peers.render"
 
 
 def test_peers_and_its_kernels_need_only_torch_and_triton():
-    allowed = STDLIB | {"torch", "triton", "benchmarks", "__future__"}
-    for path in [ROOT / "benchmarks" / "peers.py", *KERNELS.rglob("*.py")]:
+    allowed = STDLIB | {"torch", "triton", "__future__"}
+    for path in [ROOT / "agent" / "search" / "peers" / "bench.py", *KERNELS.rglob("*.py")]:
         assert _top_imports(path) <= allowed, (path.name, _top_imports(path) - allowed)
 
 

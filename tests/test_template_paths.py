@@ -141,7 +141,7 @@ def test_matmul_uses_descriptors_only_where_tma_can_read_the_strides(tmp_path):
 
 
 def test_matmul_default_is_the_hopper_tile_measured_fastest():
-    # H200, bf16 8192^3 (benchmarks/RESULTS.md): persistent + TMA 128x256x64 reached cuBLAS's matmul alone
+    # H200, bf16 8192^3 (agent/search/peers/RESULTS.md): persistent + TMA 128x256x64 reached cuBLAS's matmul alone
     assert K.default_knobs("matmul") == {
         "block_m": 128, "block_n": 256, "block_k": 64, "group_m": 8, "num_warps": 8, "num_stages": 3, "split_k": 1,
         "persistent": True, "tma": True}

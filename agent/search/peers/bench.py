@@ -1,12 +1,12 @@
 """Side by side at LLM sizes: eager, torch.compile, torch.compile max-autotune and kernelscout's kernels.
 
-    python -m benchmarks.peers                                   # every default row, the committed kernels
-    python -m benchmarks.peers --ops softmax,cross_entropy --jobs 8
-    python -m benchmarks.peers --rows "layernorm:M=16,N=4194304" --kernels DIR --out results/
+    python -m agent.search.peers                                   # every default row, the committed kernels
+    python -m agent.search.peers --ops softmax,cross_entropy --jobs 8
+    python -m agent.search.peers --rows "layernorm:M=16,N=4194304" --kernels DIR --out results/
 
 Needs only torch and Triton (run it from a checkout on a GPU host): the problems are the plain PyTorch files
-in evaluation/problems, and the kernels are rendered Python files (benchmarks/kernels/<op>.py, or
-<dir>/<op>/<variant>.py for several variants; `python -m benchmarks.render` writes them from knob files).
+in evaluation/problems, and the kernels are rendered Python files (agent/search/peers/kernels/<op>.py, or
+<dir>/<op>/<variant>.py for several variants; `python -m agent.search.peers.render` writes them from knob files).
 
 For each row (an op at one shape, bf16 by default) it builds the reference, checks every kernel against the
 reference computed in fp32 from the same inputs (bf16 tolerance, every element), and times every provider
@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 PROBLEMS = ROOT / "evaluation" / "problems"
 KERNELS = Path(__file__).resolve().parent / "kernels"
 
@@ -394,7 +394,7 @@ def warm_row(op: str, params: dict[str, int], args) -> None:
 
 
 def _child(args, spec: str, *, autotune: bool, timeout: Optional[float]) -> tuple[bool, str]:
-    cmd = [sys.executable, "-m", "benchmarks.peers", "--warm-only", "--rows", spec, "--dtype", args.dtype,
+    cmd = [sys.executable, "-m", "agent.search.peers", "--warm-only", "--rows", spec, "--dtype", args.dtype,
            "--kernels", str(args.kernels), "--providers", ",".join(args.providers)]
     env = dict(os.environ)
     if autotune:
@@ -542,7 +542,7 @@ def write_outputs(out_dir: Path, env: dict, ceiling: Optional[float], measuremen
 
 
 def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.peers", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m agent.search.peers", description=__doc__.split("\n\n")[0])
     ap.add_argument("--ops", default="", help="comma-separated ops (default: every op in the default rows)")
     ap.add_argument("--rows", action="append", default=[], help="OP:NAME=INT,... (repeatable; replaces the defaults)")
     ap.add_argument("--kernels", type=Path, default=KERNELS, help="folder of <op>.py and/or <op>/<variant>.py")

@@ -1,10 +1,10 @@
-"""Render the template kernels that `benchmarks.peers` times, from knob files, into plain Python files.
+"""Render the template kernels that `agent.search.peers` times, from knob files, into plain Python files.
 
-The GPU host that runs `python -m benchmarks.peers` needs only torch and Triton, so the kernels travel as
+The GPU host that runs `python -m agent.search.peers` needs only torch and Triton, so the kernels travel as
 rendered files. This module is the other half and needs kernelscout's own dependencies (jinja2, pydantic):
 
-    python -m benchmarks.render                                  # benchmarks/best_knobs.json -> benchmarks/kernels/
-    python -m benchmarks.render --knobs SWEEP.json --out DIR     # a sweep: DIR/<op>/<variant>.py
+    python -m agent.search.peers.render                                  # agent/search/peers/best_knobs.json -> agent/search/peers/kernels/
+    python -m agent.search.peers.render --knobs SWEEP.json --out DIR     # a sweep: DIR/<op>/<variant>.py
 
 A knob file maps each op to one configuration ({op: knobs}, rendered to OUT/<op>.py) or to named variants
 ({op: {variant: knobs}}, rendered to OUT/<op>/<variant>.py). Configurations may be partial: the template's
@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 PROBLEMS = ROOT / "evaluation" / "problems"
 BEST_KNOBS = Path(__file__).resolve().parent / "best_knobs.json"
 KERNELS = Path(__file__).resolve().parent / "kernels"
@@ -54,7 +54,7 @@ def render_all(knob_file: Path) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.render", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m agent.search.peers.render", description=__doc__.split("\n\n")[0])
     ap.add_argument("--knobs", type=Path, default=BEST_KNOBS)
     ap.add_argument("--out", type=Path, default=KERNELS)
     args = ap.parse_args(argv)

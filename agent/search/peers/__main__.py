@@ -1,0 +1,5 @@
+import sys
+
+from agent.search.peers.bench import main
+
+sys.exit(main())

@@ -1,1 +1,0 @@
-"""Benchmarks run from a checkout (not installed): `python -m benchmarks.peers` on a GPU host."""
