@@ -1,6 +1,6 @@
 """rmsnorm candidate from kernelscout's template proposer (rowwise.j2).
 
-knobs: {"block_n": 8192, "cache_hints": true, "elems_per_thread": 16, "lane_stats": true, "num_stages": 2, "persistent": false, "programs_per_sm": 4, "single_max_n": 16384, "split_l2_reuse": false, "split_rows": true, "tile_elems": 4096}"""
+knobs: {"block_n": 8192, "cache_hints": true, "elems_per_thread": 16, "lane_stats": true, "num_stages": 2, "persistent": false, "programs_per_sm": 8, "single_max_n": 16384, "split_l2_reuse": false, "split_rows": true, "tile_elems": 4096}"""
 
 import functools
 
@@ -14,7 +14,7 @@ _SINGLE_MAX_N = 16384
 _BLOCK_N = 8192
 _ELEMS_PER_THREAD = 16
 _SPLIT_ROWS = True
-_PROGRAMS_PER_SM = 4
+_PROGRAMS_PER_SM = 8
 _L2_GROUPS = False
 _NUM_STAGES = 2
 _EPS = 1e-06
