@@ -87,6 +87,8 @@ def render_result(result) -> None:
     if result.message:
         line += f": {result.message}"
     console.print(line, markup=False, highlight=False, soft_wrap=True)
+    if result.isolation != "bwrap":
+        console.print("isolation: none (the candidate ran without an OS sandbox)", markup=False, highlight=False)
     for r in result.shape_results:
         if not r.passed and r.message:
             console.print(f"  {r.case_id}: {r.message}", markup=False, highlight=False, soft_wrap=True)
@@ -111,6 +113,8 @@ def register(app: typer.Typer) -> None:
         time_cases: Optional[List[str]] = typer.Option(
             None, "--time-case", help="time only this case id, e.g. 'M=4096,N=4096|bfloat16' (repeatable)"),
         as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+        sandbox: str = typer.Option("auto", "--sandbox",
+                                    help="auto | required | off: run the candidate in an OS sandbox (bubblewrap)"),
     ) -> None:
         """Evaluate a candidate kernel: static check, compile, correctness on every case, timing."""
         from evaluation.fingerprint import resolve_device
@@ -121,7 +125,7 @@ def register(app: typer.Typer) -> None:
         source = read_candidate(candidate)
         dev = resolve_device(device)
         info = load_problem(problem, dev, overrides, timed=time_cases)
-        result = evaluate(source, info, device=dev, timeout_s=timeout, trials=trials)
+        result = evaluate(source, info, device=dev, timeout_s=timeout, trials=trials, sandbox=sandbox)
         if as_json:
             typer.echo(result.model_dump_json())
         else:

@@ -14,6 +14,14 @@ from typing import Any
 
 from torch.utils._python_dispatch import TorchDispatchMode
 
+
+class Verdict(Exception):
+    """Ends a worker (or one candidate's timing) with a verdict other than success."""
+
+    def __init__(self, status: str, stage: str, error_class: str, message: str):
+        super().__init__(message)
+        self.status, self.stage, self.error_class, self.message = status, stage, error_class, message
+
 # aten ops that allocate, view, copy, convert dtype or fill: what a wrapper around Triton kernels
 # needs. An interpreted launch itself issues empty, new_empty, set_ and copy_ (it stages tensors
 # through host memory). Anything else in forward is PyTorch doing the work.
@@ -70,7 +78,8 @@ class LaunchCounter:
     """Wraps JITFunction.run and InterpretedFunction.run (autotuners and heuristics end there too)."""
 
     def __init__(self) -> None:
-        self.count = 0
+        self.count = 0  # launches in the current forward (the worker resets it per call)
+        self.total = 0
         self.kernels: dict[str, dict[str, Any]] = {}
         self._compile_errors: list[BaseException] = []
         self._types = _compile_error_types()
@@ -99,6 +108,7 @@ class LaunchCounter:
                 raise
             if not kwargs.get("warmup", False):
                 counter.count += 1
+                counter.total += 1
                 counter._note(kernel, result)
             return result
 
@@ -154,8 +164,9 @@ WATCHED = (
     ("triton.runtime.autotuner.Autotuner", ("run",)),
     ("torch.utils._python_dispatch.TorchDispatchMode", ("__enter__", "__exit__")),
 )
-WATCHED_MODULES = ("torch", "triton", "time", "json", "os", "builtins", "evaluation.worker",
-                   "evaluation.guards", "evaluation.inputs", "evaluation.problem", "evaluation.timing")
+WATCHED_MODULES = ("torch", "triton", "time", "json", "os", "builtins", "hmac", "hashlib", "evaluation",
+                   "evaluation.worker", "evaluation.guards", "evaluation.inputs", "evaluation.problem",
+                   "evaluation.timing", "evaluation.protocol")
 
 
 def _lookup(dotted: str):
@@ -178,6 +189,7 @@ class HarnessSnapshot:
         import sys
 
         self._entries: list[tuple[str, Any, Any]] = []
+        self._own: list[tuple[str, type, Any]] = []  # attributes defined on the harness's own classes
         for owner, attrs in WATCHED:
             try:
                 obj = _lookup(owner)
@@ -189,18 +201,30 @@ class HarnessSnapshot:
         self._modules = {name: sys.modules[name] for name in WATCHED_MODULES if name in sys.modules}
         for name in WATCHED_MODULES:
             module = self._modules.get(name)
-            if module is not None and name.startswith("evaluation."):
-                for attr, value in vars(module).items():
-                    if callable(value) and not attr.startswith("__"):
-                        self._entries.append((f"{name}.{attr}", module, value))
+            if module is None or not name.startswith("evaluation."):
+                continue
+            for attr, value in list(vars(module).items()):
+                if attr.startswith("__"):
+                    continue
+                # Callables and the module's constants (an allow-list widened in place is a new object
+                # only if replaced; frozensets and tuples cannot be changed in place).
+                self._entries.append((f"{name}.{attr}", module, value))
+                if isinstance(value, type) and value.__module__ == name:
+                    for cattr, cvalue in list(vars(value).items()):
+                        if not cattr.startswith("__") or cattr in ("__call__", "__torch_dispatch__", "__enter__",
+                                                                    "__exit__", "__init__"):
+                            self._own.append((f"{name}.{attr}.{cattr}", value, cvalue))
 
     def changed(self) -> list[str]:
         import sys
 
         out = [name for name, module in self._modules.items() if sys.modules.get(name) is not module]
+        missing = object()
         for name, owner, value in self._entries:
-            attr = name.rsplit(".", 1)[1]
-            if getattr(owner, attr, None) is not value:
+            if getattr(owner, name.rsplit(".", 1)[1], missing) is not value:
+                out.append(name)
+        for name, cls, value in self._own:
+            if vars(cls).get(name.rsplit(".", 1)[1], missing) is not value:
                 out.append(name)
         return out
 

@@ -1,15 +1,16 @@
 """Trial inputs, made the same way in the parent and in the worker, and memory poisoning.
 
 Inputs never cross the process boundary on the way in: both sides call the problem's get_inputs()
-after `torch.manual_seed(seed)`, cast floating tensors to the case dtype and apply the trial's
-rescale. On a GPU, get_inputs() runs with the GPU as the default device, so its random tensors come
+after `torch.manual_seed(seed)`, apply the trial's rescale (`x * scale + shift`, stated in the
+request) and cast floating tensors to the case dtype. On a GPU, get_inputs() runs with the GPU as the default device, so its random tensors come
 from the device's (deterministic, counter-based) generator: the CPU generator is serial and took tens
 of seconds per LLM-sized case (a 8192 x 128256 logits tensor is a billion draws). Both sides draw on
 the same device kind, so the bits match. Integer and bool inputs (targets, indices, masks) keep their
 dtype and values.
 
 Trial 0 uses get_inputs() as it is; later trials shift and scale floating inputs so that a kernel which
-gets the variance or an offset wrong, or answers "all tiny", fails somewhere.
+gets the variance or an offset wrong, or answers "all tiny", fails somewhere. Stress trials (planned by
+the parent, correctness.py) push magnitudes and offsets as far as PyTorch itself stays right.
 """
 
 from __future__ import annotations
@@ -30,14 +31,20 @@ def transform(trial: int) -> tuple[float, float]:
     return _TRANSFORMS[1 + (trial - 1) % (len(_TRANSFORMS) - 1)]
 
 
-def describe_trial(trial: int) -> str:
-    scale, shift = transform(trial)
-    if trial == 0:
+def describe(scale: float, shift: float, label: str = "") -> str:
+    if scale == 1.0 and shift == 0.0:
         return "get_inputs() as is"
-    return f"floating inputs x*{scale:g}" + (f"+{shift:g} (when signed)" if shift else "")
+    text = f"floating inputs x*{scale:g}" + (f"+{shift:g} (when signed)" if shift else "")
+    return f"{label}: {text}" if label in ("large_logits", "large_offset") else text
 
 
-def make_inputs(module, dtype: str, seed: int, trial: int, device: str) -> list[Any]:
+def describe_trial(trial: int) -> str:
+    return describe(*transform(trial))
+
+
+def make_inputs(module, dtype: str, seed: int, trial: int, device: str, *,
+                scale: float | None = None, shift: float | None = None) -> list[Any]:
+    """Trial `trial`'s inputs (its rescale from `transform`), or an explicit `scale`/`shift`."""
     import torch
 
     with RNG_LOCK:  # seeding is global: two judging threads of one parent must not interleave their draws
@@ -47,14 +54,15 @@ def make_inputs(module, dtype: str, seed: int, trial: int, device: str) -> list[
         else:
             with torch.device(device):
                 raw = module.get_inputs()
-    scale, shift = transform(trial)
+    if scale is None or shift is None:
+        scale, shift = transform(trial)
     target = getattr(torch, dtype)
     out = []
     for x in raw:
         if isinstance(x, torch.Tensor):
             x = x.detach()
             if x.is_floating_point():
-                if trial:
+                if scale != 1.0 or shift != 0.0:
                     x = _rescaled(x, scale, shift, target)
                 x = x.to(target)
             x = x.to(device)

@@ -37,8 +37,8 @@ CASES = {
     "cheat_sigkill": (Status.crashed, Stage.correctness, "SIGKILL"),
     "cheat_os_exit": (Status.crashed, Stage.correctness, "Exit0"),
     "cheat_sys_exit": (Status.crashed, Stage.correctness, "Exit0"),
-    "cheat_forges_status": (Status.rejected, Stage.correctness, "ForgedResult"),
-    "cheat_plants_pickle": (Status.rejected, Stage.correctness, "ForgedResult"),
+    "cheat_forges_status": (Status.crashed, Stage.correctness, "Exit0"),  # the files it wrote are never read
+    "cheat_plants_pickle": (Status.crashed, Stage.correctness, "Exit0"),
     "cheat_raises": (Status.crashed, Stage.correctness, "RuntimeError"),
     "cheat_syntax_error": (Status.compile_error, Stage.static_check, "SyntaxError"),
     "cheat_triton_compile_error": (Status.compile_error, Stage.compile, "InterpreterError"),
@@ -118,7 +118,7 @@ def _check_details(stem, result):
     elif stem == "cheat_triton_compile_error":
         assert "arange's range must be a power of 2" in result.message
     elif stem in ("cheat_forges_status", "cheat_plants_pickle"):
-        assert result.message == "r0000_00.pt in the scratch dir was not written by the worker"
+        assert "without reporting" in result.message
         assert not PICKLE_MARKER.exists()  # the parent never unpickled it
     elif stem == "cheat_side_stream":
         assert result.message.startswith("line 7: use of torch.cuda.Stream")

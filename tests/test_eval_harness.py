@@ -153,7 +153,7 @@ def test_a_draw_that_does_not_fit_waits_for_the_workers_peaks_then_gives_up(monk
     from evaluation import correctness
 
     monkeypatch.setattr(correctness, "_OOM_BACKOFF_S", 0.0)
-    run = correctness.CorrectnessRun(SEED, load_problem("layernorm", "cpu"), "cuda", 1, 0)
+    run = correctness.CorrectnessRun(SEED, load_problem("layernorm", "cpu"), "cuda", 1, 0).judge
     attempts = []
 
     def draw(fail_times):
