@@ -28,7 +28,7 @@ import torch
 from evaluation import protocol
 from evaluation.compare import Comparison, compare
 from evaluation.errors import ProblemError
-from evaluation.inputs import RNG_LOCK, describe, make_inputs
+from evaluation.inputs import RNG_LOCK, STRESS_LADDERS, describe, trial_inputs
 from evaluation.problem import exec_problem_source, init_inputs, read_source
 from evaluation.records import KernelInfo, ProblemInfo, ShapeCase, ShapeResult, Stage, Status
 
@@ -40,6 +40,10 @@ JUDGE_SLOTS = threading.BoundedSemaphore(2)
 _OOM_RETRIES, _OOM_BACKOFF_S = 4, 0.5  # waits 0.5 + 1 + 2 + 4 s for the workers' peaks to pass
 
 N_INPUT_SETS = 4  # input sets rotated between timed calls
+# Stress trials look for breakdowns (overflow to Inf/NaN, cancellation, a lost max subtraction), not
+# for the last digits: a kernel passes one within this many times the dtype's tolerance. The
+# magnitude itself is one where PyTorch, in the case dtype, passes the plain tolerance.
+STRESS_TOLERANCE_FACTOR = 10.0
 TIMING_SET_OFFSET = 1000  # seeds of the rotated sets: seed + 1000 + i
 CHECK_OFFSET = 3000  # seed of the fresh-input call after timing: seed + 3000 + case index
 TIMING_TRIAL_OFFSET = 10_000  # a timing worker's trial calls get seeds the correctness run never used
@@ -101,6 +105,36 @@ class References:
         with torch.no_grad():
             return self._models64[k](*wide)
 
+    def native(self, case: ShapeCase, inputs: list[Any], device: str | None = None):
+        """The reference run by PyTorch in the case dtype itself: the precision PyTorch has there."""
+        device = device or self.device
+        k = ("native", self.key(case.params), case.dtype, device)
+        if k not in self._models64:
+            self._models64[k] = copy.deepcopy(self.model(case.params)).to(
+                dtype=getattr(torch, case.dtype), device=device).eval()
+        with torch.no_grad():
+            return self._models64[k](*[x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs])
+
+    def torch_handles(self, case: ShapeCase, trial: protocol.Trial) -> bool:
+        """Whether PyTorch, in the case dtype, passes our comparison on `trial`'s inputs (and the float64
+        reference is finite there): a stress trial never asks a kernel for more than PyTorch has."""
+        module = self.module(case.params)
+        plain = trial_inputs(module, case.dtype, trial.model_copy(update=dict(scale=1.0, shift=0.0)), self.device)
+        if not any(isinstance(x, torch.Tensor) and x.is_floating_point() and bool((x < 0).any()) and bool((x > 0).any())
+                   for x in plain):
+            return False  # nothing signed to stress: the trial would repeat the plain one
+        inputs = trial_inputs(module, case.dtype, trial, self.device)
+        try:
+            expected, native = self.expected(case, inputs), self.native(case, inputs)
+        except torch.OutOfMemoryError:  # a GPU shared with the workers: the host answers the same question
+            inputs = [x.cpu() if isinstance(x, torch.Tensor) else x for x in inputs]
+            torch.cuda.empty_cache()
+            expected, native = self.expected(case, inputs, "cpu"), self.native(case, inputs, "cpu")
+        items = expected if isinstance(expected, (tuple, list)) else [expected]
+        if not all(bool(torch.isfinite(t).all()) for t in items if isinstance(t, torch.Tensor)):
+            return False
+        return compare(protocol.package(native), expected, case.dtype, self.info.tolerances[case.dtype]).passed
+
     def layout_free(self, params: dict[str, int]) -> bool:
         return bool(getattr(self.module(params), "LAYOUT_FREE", False))
 
@@ -137,16 +171,25 @@ class Judge:
         except Exception as exc:  # MAC'd by the worker, so unreadable means a harness fault
             return Comparison(False, "ProtocolError", f"outputs could not be read: {type(exc).__name__}")
         tol = self.refs.info.tolerances[case.dtype]
+        if trial.stress:
+            tol = tol.model_copy(update=dict(atol=tol.atol * STRESS_TOLERANCE_FACTOR,
+                                             rtol=tol.rtol * STRESS_TOLERANCE_FACTOR))
         with JUDGE_SLOTS:  # drawing the inputs again takes device memory too
-            return self._compare(case, trial, payload, strides, tol)
+            verdict = self._compare(case, trial, payload, strides, tol)
+            if not verdict.passed and trial.stress and verdict.kind != "LayoutMismatch" \
+                    and not self.refs.torch_handles(case, trial):
+                # PyTorch fails these very inputs too (planned on other draws): not the kernel's fault
+                verdict = Comparison(True, max_abs_error=verdict.max_abs_error, max_rel_error=verdict.max_rel_error,
+                                     numel=verdict.numel, output_shape=verdict.output_shape,
+                                     output_dtype=verdict.output_dtype)
+            return verdict
 
     def _compare(self, case: ShapeCase, trial: protocol.Trial, outputs: Any, strides: list, tol) -> Comparison:
         """Draw the call's inputs again exactly as the worker did (same generator, same device), run the
         float64 reference on them and compare. Device memory is shared with the batch's workers: a draw
         that does not fit waits for their peaks to pass; a reference that does not fit runs on the host."""
         module = self.refs.module(case.params)
-        drawn = self._waiting_for_memory(lambda: make_inputs(module, case.dtype, trial.seed, 0, self.device,
-                                                             scale=trial.scale, shift=trial.shift))
+        drawn = self._waiting_for_memory(lambda: trial_inputs(module, case.dtype, trial, self.device))
         try:
             try:
                 expected = self.refs.expected(case, drawn)
@@ -188,6 +231,37 @@ def regular_trials(seed: int, trials: int) -> list[protocol.Trial]:
         scale, shift = transform(t)
         out.append(protocol.Trial(seed=seed + t, scale=scale, shift=shift, label="random" if t == 0 else "rescaled"))
     return out
+
+
+PLAN_SEED = 7  # the draws stress magnitudes are planned on (the trials themselves use fresh seeds)
+_STRESS_PLANS: dict[tuple[str, str, str], list[tuple[str, float]]] = {}
+_PLAN_LOCK = threading.Lock()
+
+
+def _stress(kind: str, value: float, seed: int) -> protocol.Trial:
+    return protocol.Trial(seed=seed, scale=value if kind == "large_logits" else 1.0,
+                          shift=value if kind == "large_offset" else 0.0, stress=True, label=kind)
+
+
+def stress_trials(refs: References, case: ShapeCase, first_seed: int) -> list[protocol.Trial]:
+    """Per stress kind, the largest magnitude on the ladder that PyTorch itself handles in the case
+    dtype (planned once per problem, case and device), as trials with seeds from `first_seed` on."""
+    key = (refs.info.problem_id, case.case_id, refs.device)
+    with _PLAN_LOCK:
+        plan = _STRESS_PLANS.get(key)
+        if plan is None:
+            plan = []
+            for kind, ladder in STRESS_LADDERS.items():
+                value = next((v for v in ladder if refs.torch_handles(case, _stress(kind, v, PLAN_SEED))), None)
+                if value is not None:
+                    plan.append((kind, value))
+            _STRESS_PLANS[key] = plan
+    return [_stress(kind, value, first_seed + k) for k, (kind, value) in enumerate(plan)]
+
+
+def trial_plan(refs: References, case: ShapeCase, seed: int, trials: int) -> list[protocol.Trial]:
+    """The judged eager calls of a case: `trials` random ones, then the stress ones."""
+    return regular_trials(seed, trials) + stress_trials(refs, case, seed + trials)
 
 
 def timing_sets(seed: int) -> list[protocol.Trial]:
@@ -246,7 +320,7 @@ class CorrectnessRun:
         self.done = False
 
     def plan(self, index: int, case: ShapeCase) -> list[protocol.Trial]:
-        return regular_trials(self.refs.init_seed, len(self.seeds))
+        return trial_plan(self.refs, case, self.refs.init_seed, len(self.seeds))
 
     def request(self, scratch, key: bytes) -> protocol.WorkerRequest:
         cases = list(enumerate(self.info.shape_cases))

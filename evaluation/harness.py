@@ -23,7 +23,7 @@ from typing import Any, Optional
 from evaluation import protocol
 from evaluation.compare import Comparison
 from evaluation.correctness import (
-    CHECK_OFFSET, TIMING_TRIAL_OFFSET, CorrectnessRun, Judge, References, check_trial, regular_trials, timing_sets,
+    CHECK_OFFSET, TIMING_TRIAL_OFFSET, CorrectnessRun, Judge, References, check_trial, timing_sets, trial_plan,
     write_inputs,
 )
 from evaluation.fingerprint import fingerprint, resolve_device
@@ -227,7 +227,7 @@ class TimedRun:
         self.judge = Judge(refs, dev)
         self.names, self.sources = names, sources
         self.cases = timed_cases(info)
-        self.trials = regular_trials(seed + TIMING_TRIAL_OFFSET, trials)
+        self.trials = {index: trial_plan(refs, case, seed + TIMING_TRIAL_OFFSET, trials) for index, case in self.cases}
         self.sets = timing_sets(seed)
         self.checks = {index: check_trial(seed, index) for index, _ in self.cases}
         self.per: dict[str, _CandidateTiming] = {n: _CandidateTiming() for n in names}
@@ -247,7 +247,7 @@ class TimedRun:
 
     def specs(self, states: dict[int, str]) -> list[protocol.CaseSpec]:
         return [protocol.CaseSpec(index=index, case_id=case.case_id, params=case.params, dtype=case.dtype,
-                                  state=states[index], trials=self.trials, timing_sets=self.sets,
+                                  state=states[index], trials=self.trials[index], timing_sets=self.sets,
                                   check=self.checks[index])
                 for index, case in self.cases]
 
@@ -257,7 +257,8 @@ class TimedRun:
             if mine is None or mine.wrong is not None:
                 return False
             case = self.info.shape_cases[message.index]
-            trial = {"trial": lambda: self.trials[message.trial], "check": lambda: self.checks[message.index],
+            trial = {"trial": lambda: self.trials[message.index][message.trial],
+                     "check": lambda: self.checks[message.index],
                      "first": lambda: self.sets[message.trial], "last": lambda: self.sets[message.trial]}[message.phase]()
             verdict = self.judge.judge(case, trial, blob, message.strides)
             if not verdict.passed:

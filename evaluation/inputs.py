@@ -42,8 +42,17 @@ def describe_trial(trial: int) -> str:
     return describe(*transform(trial))
 
 
+# Stress trials (issue 10): magnitudes and offsets where naive softmax, logsumexp or one-pass
+# variance break, tried from the top down; the parent keeps the largest at which PyTorch's own
+# implementation, run in the case dtype, still passes the comparison (correctness.plan_stress).
+STRESS_LADDERS = {
+    "large_logits": (1e4, 1e3, 1e2, 10.0),  # x * s: |x| up to ~4e4, near float16's limit of 65504
+    "large_offset": (1e4, 1e3, 1e2, 10.0),  # x + s: exp(x) overflows in every float dtype at 1e4
+}
+
+
 def make_inputs(module, dtype: str, seed: int, trial: int, device: str, *,
-                scale: float | None = None, shift: float | None = None) -> list[Any]:
+                scale: float | None = None, shift: float | None = None, stress: bool = False) -> list[Any]:
     """Trial `trial`'s inputs (its rescale from `transform`), or an explicit `scale`/`shift`."""
     import torch
 
@@ -62,12 +71,21 @@ def make_inputs(module, dtype: str, seed: int, trial: int, device: str, *,
         if isinstance(x, torch.Tensor):
             x = x.detach()
             if x.is_floating_point():
-                if scale != 1.0 or shift != 0.0:
+                if (scale != 1.0 or shift != 0.0) and not (stress and not _signed(x)):
                     x = _rescaled(x, scale, shift, target)
                 x = x.to(target)
             x = x.to(device)
         out.append(x)
     return out
+
+
+def trial_inputs(module, dtype: str, trial, device: str) -> list[Any]:
+    """The inputs of a `protocol.Trial` (seed, scale, shift, stress): the one recipe of both sides."""
+    return make_inputs(module, dtype, trial.seed, 0, device, scale=trial.scale, shift=trial.shift, stress=trial.stress)
+
+
+def _signed(x) -> bool:
+    return bool((x < 0).any()) and bool((x > 0).any())
 
 
 def _rescaled(x, scale: float, shift: float, target):
@@ -80,7 +98,7 @@ def _rescaled(x, scale: float, shift: float, target):
     rounding either way (x * 0.01 may differ in the last bit: other inputs, the same test)."""
     import torch
 
-    signed = bool((x < 0).any()) and bool((x > 0).any())
+    signed = _signed(x)
     y = x.to(torch.float64 if target == torch.float64 else torch.float32, copy=True)  # never the caller's tensor
     y.mul_(scale)
     if signed and shift:

@@ -50,13 +50,15 @@ class Wire(BaseModel):
 # -- parent -> worker ---------------------------------------------------------------------------
 
 class Trial(Wire):
-    """One set of inputs: get_inputs() after torch.manual_seed(seed), signed floating inputs mapped
-    to x * scale + shift (inputs that are never negative only get the scale)."""
+    """One set of inputs: get_inputs() after torch.manual_seed(seed), floating inputs mapped to
+    x * scale + shift (inputs that are never negative only get the scale; a stress trial leaves them
+    as they are, so probabilities or lengths stay in their domain)."""
 
     seed: int
     scale: float = 1.0
     shift: float = 0.0
-    label: str = ""  # "random", "rescaled", "large_logits", "large_offset": for messages
+    stress: bool = False
+    label: str = ""  # "random", "rescaled", "large_logits", "large_offset", "timing", "check": for messages
 
 
 class CaseSpec(Wire):

@@ -140,9 +140,9 @@ class Worker:
         return self._problems[key]
 
     def inputs(self, pm, case: protocol.CaseSpec, trial: protocol.Trial) -> list[Any]:
-        from evaluation.inputs import make_inputs
+        from evaluation.inputs import trial_inputs
 
-        return make_inputs(pm, case.dtype, trial.seed, 0, self.device, scale=trial.scale, shift=trial.shift)
+        return trial_inputs(pm, case.dtype, trial, self.device)
 
     def send_outputs(self, out: Any, case: protocol.CaseSpec, phase: str, trial: int = 0, candidate: str = "") -> None:
         blob, strides = protocol.package_bytes(out)

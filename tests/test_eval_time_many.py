@@ -11,7 +11,7 @@ import torch
 
 from evaluation import harness, load_problem, protocol
 from evaluation.correctness import References
-from evaluation.inputs import make_inputs
+from evaluation.inputs import trial_inputs
 from evaluation.isolation import WorkerExit
 from evaluation.records import EvalResult, Fingerprint, Stage, Status
 
@@ -36,7 +36,7 @@ class ScriptedWorker:
 
     def outputs(self, refs, case, trial, wrong=False):
         pm = refs.module(case.params)
-        inputs = make_inputs(pm, case.dtype, trial.seed, 0, "cpu", scale=trial.scale, shift=trial.shift)
+        inputs = trial_inputs(pm, case.dtype, trial, "cpu")
         out = refs.expected(case, inputs).to(getattr(torch, case.dtype))
         return protocol.package_bytes(out + 1 if wrong else out)
 
