@@ -404,6 +404,22 @@ class CorrectnessRun:
             output_shape=worst.output_shape, output_dtype=worst.output_dtype, message=message,
         )
 
+    def accounted(self, stage: Stage):
+        """The compute accounting's verdict from the profiled kernels (on a GPU), or None if clean;
+        and the hybrid ops either the watch or the profiler saw."""
+        from evaluation.accounting import classify, triton_functions
+
+        acc = self.accounting
+        if acc is None:
+            return None, set()
+        result = classify(acc.profiled, triton_functions(self.source), self.refs.allowed_torch_ops(),
+                          acc.torch_epilogue)
+        hybrid = set(acc.hybrid_ops) | result.hybrid_ops
+        if result.foreign:
+            return dict(status=Status.rejected, failed_stage=stage, error_class="TorchCompute",
+                        message=result.message("forward")), hybrid
+        return None, hybrid
+
     def first_failure_kind(self) -> str | None:
         for index in sorted(self.verdicts):
             for t in sorted(self.verdicts[index]):

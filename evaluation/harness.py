@@ -175,9 +175,12 @@ def evaluate(
     if exit_.timed_out or not run.done:
         return finish(**_death(exit_, Stage.correctness, timeout_s), **common)
     acc = run.accounting
+    refused, hybrid = run.accounted(Stage.correctness)
     if acc is not None:
         common.update(kernels=tuple(KernelInfo(**k.model_dump()) for k in acc.kernels), triton_launches=acc.launches,
-                      torch_epilogue=tuple(acc.torch_epilogue), hybrid_ops=tuple(acc.hybrid_ops))
+                      torch_epilogue=tuple(acc.torch_epilogue), hybrid_ops=tuple(sorted(hybrid)))
+    if refused is not None:
+        return finish(**refused, **common)
     if len(run.outcome.shape_results) != len(info.shape_cases):
         missing = len(info.shape_cases) - len(run.outcome.shape_results)
         return finish(status=Status.crashed, failed_stage=Stage.correctness, error_class="ProtocolError",
@@ -212,6 +215,7 @@ class _CandidateTiming:
 
     stats: dict[int, TimingStats] = field(default_factory=dict)
     wrong: Optional[dict[str, Any]] = None  # the first timed output that failed its comparison
+    accounting: Optional[protocol.Accounting] = None
     stop: Optional[protocol.Stop] = None
     error: Optional[str] = None
     error_class: Optional[str] = None
@@ -263,6 +267,9 @@ class TimedRun:
             verdict = self.judge.judge(case, trial, blob, message.strides)
             if not verdict.passed:
                 mine.wrong = self._wrong(case, message.phase, trial, verdict)
+        elif isinstance(message, protocol.Accounting):
+            if message.candidate in self.per:
+                self.per[message.candidate].accounting = message
         elif isinstance(message, protocol.Timed):
             if message.candidate in self.per and message.stats is not None:
                 self.per[message.candidate].stats[message.index] = TimingStats(**message.stats.model_dump())
@@ -419,11 +426,20 @@ def _time_batch(sources: list[str], info: ProblemInfo, dev: str, seed: int, refs
             return None
         whole["failed_stage"] = Stage.timing
         return [dict(whole, stderr_tail=exit_.stderr_tail)]
+    from evaluation.accounting import classify, triton_functions
+
     results = []
-    for name in names:
+    for name, source in zip(names, sources):
         mine = run.per[name]
+        acc = mine.accounting
+        foreign = None
+        if acc is not None:
+            foreign = classify(acc.profiled, triton_functions(source), refs.allowed_torch_ops(), acc.torch_epilogue)
         if mine.wrong is not None:
             results.append(mine.wrong)
+        elif foreign is not None and foreign.foreign:
+            results.append(dict(status=Status.rejected, failed_stage=Stage.timing, error_class="TorchCompute",
+                                message=foreign.message("the timed call")))
         elif mine.stop is not None:
             results.append(_stopped(mine.stop))
         elif mine.error is not None:

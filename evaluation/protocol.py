@@ -143,11 +143,11 @@ class KernelFact(Wire):
 
 
 class ProfiledKernel(Wire):
-    """One device kernel seen by the profiler in a forward, with the PyTorch op that launched it."""
+    """One device kernel seen by the profiler in a forward, with the aten ops that launched it."""
 
     name: str
-    op: Optional[str] = None  # aten op on the CPU side ("aten::sum"), None for a raw launch (Triton)
-    replay: bool = False  # seen in a CUDA-graph replay rather than an eager call
+    ops: list[str] = []  # the launching aten op and its callers, innermost first; [] for a raw launch (Triton)
+    replay: bool = False  # seen in a CUDA-graph replay, where no aten op is on the CPU side
 
 
 class Accounting(Wire):
@@ -160,6 +160,7 @@ class Accounting(Wire):
     torch_epilogue: list[str] = []
     hybrid_ops: list[str] = []
     profiled: list[ProfiledKernel] = []
+    profiler_error: Optional[str] = None  # the profiler could not run here (the kernels are then unlisted)
 
 
 class Stats(Wire):

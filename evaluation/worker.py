@@ -129,6 +129,7 @@ class Worker:
         self.counter = None
         self.snapshot = None
         self.bench = None
+        self.seen: dict[str, dict[str, Any]] = {}  # candidate -> hybrid ops, epilogue ops, profiled kernels
 
     # -- shared pieces --------------------------------------------------------------------------
     def problem(self, case: protocol.CaseSpec):
@@ -174,14 +175,25 @@ class Worker:
         if changed:
             raise Verdict("rejected", stage, "PatchedHarness", "the candidate replaced " + ", ".join(changed[:6]))
 
-    def call(self, model, inputs: list[Any], where: str, stage: str, *, capturing: bool = False):
+    def note(self, name: str) -> dict[str, Any]:
+        return self.seen.setdefault(name, {"hybrid": set(), "epilogue": set(), "profiled": [], "error": None})
+
+    def accounting(self, name: str, launches: int = 0) -> protocol.Accounting:
+        seen = self.note(name)
+        return protocol.Accounting(
+            candidate=name, launches=launches, torch_epilogue=sorted(seen["epilogue"]),
+            hybrid_ops=sorted(seen["hybrid"]), profiled=seen["profiled"], profiler_error=seen["error"],
+            kernels=[protocol.KernelFact(**k) for k in self.counter.kernels.values()])
+
+    def call(self, model, inputs: list[Any], where: str, stage: str, *, capturing: bool = False, name: str = ""):
         """One forward, watched; a Verdict for anything but honest Triton work."""
         import torch
 
         from evaluation.guards import ComputeWatch, shares_memory
 
-        self.counter.count = 0
-        watch = ComputeWatch()
+        self.counter.begin()
+        params = list(model.parameters()) + list(model.buffers()) if isinstance(model, torch.nn.Module) else []
+        watch = ComputeWatch(self.req.allowed_torch_ops, self.counter, inputs, params)
         try:
             with torch.no_grad(), watch:
                 out = model(*inputs)
@@ -202,6 +214,9 @@ class Worker:
         if watch.flagged:
             ops = ", ".join(f"{op} x{n}" for op, n in watch.flagged.most_common(6))
             raise Verdict("rejected", stage, "TorchCompute", f"PyTorch computed in forward on {where}: {ops}")
+        seen = self.note(name)
+        seen["hybrid"] |= watch.hybrid
+        seen["epilogue"] |= watch.epilogue
         items = out if type(out) in (tuple, list) else [out]
         if any(isinstance(t, torch.Tensor) and type(t) is not torch.Tensor for t in items):
             raise Verdict("rejected", stage, "TensorSubclass",
@@ -231,7 +246,10 @@ class Worker:
                 raise Verdict("crashed", stage, type(exc).__name__, f"drawing inputs for {where}: {one_line(exc)}")
             poison_memory(self.device, inputs)
             progress(case.case_id, f"trial {t}")
-            out = self.call(model, inputs, where, stage)
+            if t == 0 and self.device == "cuda":  # the kernels of one eager forward, from the profiler
+                out = self.profiled(name, False, lambda: self.call(model, inputs, where, stage, name=name))
+            else:
+                out = self.call(model, inputs, where, stage, name=name)
             changed = mutated(inputs, pristine)
             if changed:
                 raise Verdict("rejected", stage, "MutatedInput", f"forward modified input(s) {changed} on {where}")
@@ -239,9 +257,8 @@ class Worker:
             del out, inputs, pristine
         if not (self.device == "cuda" or timed) or not case.timing_sets or case.check is None:
             return None
-        sets = [self.inputs(pm, case, s) for s in case.timing_sets]
         bench = self.bench or self.make_bench()
-        runner = self.prepare(bench, model, case, stage)
+        runner = self.prepare(bench, model, case, stage, name)
         stats = None
         if timed:
             progress(case.case_id, f"timing {name}")
@@ -249,18 +266,28 @@ class Worker:
             for phase, (set_index, outputs) in checks.items():
                 self.send_outputs(outputs, case, phase, set_index, name)
         self.send_check(runner, pm, case, stage, name)
-        del runner, sets
+        del runner
         return stats
 
-    def prepare(self, bench, model, case: protocol.CaseSpec, stage: str):
+    def prepare(self, bench, model, case: protocol.CaseSpec, stage: str, name: str):
         """The timed call prepared (warm-up, capture), every call of the candidate watched."""
         where = f"{case.case_id} timed call"
 
         def fn(*xs):
-            return self.call(model, list(xs), where, stage, capturing=bench.capturing)
+            return self.call(model, list(xs), where, stage, capturing=bench.capturing, name=name)
 
         pm = self.problem(case)
         return bench.prepare(fn, [self.inputs(pm, case, s) for s in case.timing_sets])
+
+    def profiled(self, name: str, replay: bool, run):
+        """`run()` under the profiler; its device kernels are kept for the parent to classify."""
+        from evaluation.guards import profile_kernels
+
+        out, kernels, error = profile_kernels(run, replay)
+        seen = self.note(name)
+        seen["profiled"].extend(kernels)
+        seen["error"] = seen["error"] or error
+        return out
 
     def send_check(self, runner, pm, case: protocol.CaseSpec, stage: str, name: str) -> None:
         """The prepared call once more, on inputs the candidate's Python never saw; outputs judged."""
@@ -270,7 +297,10 @@ class Worker:
 
         fresh = self.inputs(pm, case, case.check)
         pristine = [x.clone() if isinstance(x, torch.Tensor) else x for x in fresh]
-        out = runner.check(fresh)
+        if self.device == "cuda":  # the kernels the timed call really runs (a graph replay, as a rule)
+            out = self.profiled(name, runner.graph is not None, lambda: runner.check(fresh))
+        else:
+            out = runner.check(fresh)
         if self.device == "cuda":
             torch.cuda.synchronize()
         changed = mutated(runner.static, pristine)
@@ -302,8 +332,7 @@ class Worker:
             launches += self.counter.total - before
             del model
             self._free()
-        self.ch.send(protocol.Accounting(candidate=entry.name, launches=launches,
-                                         kernels=[protocol.KernelFact(**k) for k in self.counter.kernels.values()]))
+        self.ch.send(self.accounting(entry.name, launches))
         self.ch.send(protocol.Done())
 
     def _build(self, model_cls, pm, case: protocol.CaseSpec, stage: str):
@@ -361,10 +390,9 @@ class Worker:
                     errors[name], classes[name] = f"timing {case.case_id}: {one_line(exc)}", type(exc).__name__
                 model = None
                 self._free()
-        for name in list(errors):
-            if name in classes:
-                continue
-            classes[name] = "TimingError"
+        for name in modules:
+            if name not in errors:
+                self.ch.send(self.accounting(name))
         self.ch.send(protocol.Done(errors=errors, error_classes=classes))
 
     # -- baselines ------------------------------------------------------------------------------
@@ -447,7 +475,7 @@ class Worker:
                     sys.modules["candidate"] = module
                     try:
                         model = self._build(module.ModelNew, pm, case, "timing")
-                        runners[name] = self.prepare(bench, model, case, "timing")
+                        runners[name] = self.prepare(bench, model, case, "timing", name)
                     except Verdict as v:
                         case_errors[name] = v.message
                     except Exception as exc:
