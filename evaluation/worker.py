@@ -160,6 +160,7 @@ class Worker:
         """The same guards, in the same order, in every mode that imports a candidate."""
         import torch
 
+        from evaluation import inputs, problem, timing  # noqa: F401  (imported before the snapshot watches them)
         from evaluation.guards import ComputeWatch, HarnessSnapshot, LaunchCounter
 
         self.counter = LaunchCounter()

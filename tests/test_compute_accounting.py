@@ -1,11 +1,10 @@
 """Compute accounting: the parent's classification of profiled kernels (GPU data, synthetic here), and
-on the CPU the compute watch's two exceptions, the small epilogue and a problem's ALLOWED_TORCH_OPS."""
+on the CPU the compute watch's two exceptions, the small epilogue and a problem's ALLOWED_TORCH_OPS.
+The epilogue's closed doors (PyTorch summing a copy of the input) are cheats in tests/adversarial."""
 
 from __future__ import annotations
 
 from pathlib import Path
-
-import pytest
 
 from evaluation import evaluate, load_problem
 from evaluation.accounting import classify, triton_functions
@@ -13,7 +12,6 @@ from evaluation.protocol import ProfiledKernel
 from evaluation.records import Stage, Status
 
 FIXTURES = Path(__file__).parent / "eval_fixtures"
-CHEATS = Path(__file__).parent / "adversarial"
 
 
 def K(name, ops=(), replay=False):
@@ -77,11 +75,3 @@ def test_the_same_convolution_is_pytorch_compute_where_the_problem_does_not_allo
     assert (result.status, result.failed_stage, result.error_class) == (Status.rejected, Stage.correctness,
                                                                        "TorchCompute")
     assert "aten.convolution" in result.message
-
-
-@pytest.mark.parametrize("stem", ["cheat_epilogue_does_the_work", "cheat_epilogue_sums_an_input_copy"])
-def test_the_epilogue_opens_no_door_for_pytorch_to_do_the_work(stem):
-    result = evaluate((CHEATS / f"{stem}.py").read_text(), load_problem("row_sum", "cpu"), device="cpu", trials=1)
-    assert (result.status, result.failed_stage, result.error_class) == (Status.rejected, Stage.correctness,
-                                                                       "TorchCompute"), result.message
-    assert "aten.sum" in result.message

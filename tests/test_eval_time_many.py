@@ -91,16 +91,10 @@ def gpu_less_cuda(monkeypatch, problem):
     monkeypatch.setattr(harness, "run_worker", worker)
     monkeypatch.setattr(harness, "resolve_sandbox", lambda mode, device: "bwrap")
     monkeypatch.setattr("evaluation.ceiling.copy_ceiling_gbps", lambda name, driver: 4000.0)
-    monkeypatch.setattr("evaluation.correctness.References.expected",
-                        _on_cpu(References.expected))  # the parent's reference, drawn on the CPU here
+    # the parent's references and judgements run on the CPU here, whatever device the run is for
+    monkeypatch.setattr(harness, "References", lambda info, device, seed: References(info, "cpu", seed))
     monkeypatch.setattr("evaluation.correctness.Judge.__init__", _judge_on_cpu)
     return worker
-
-
-def _on_cpu(fn):
-    def expected(self, case, inputs, device=None):
-        return fn(self, case, inputs, "cpu")
-    return expected
 
 
 def _judge_on_cpu(self, refs, device):

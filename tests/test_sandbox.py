@@ -118,6 +118,7 @@ found['cpu'] = resource.getrlimit(resource.RLIMIT_CPU)[0]
     assert (home / "kscout.duckdb").read_bytes() == b"DUCK" * 8
 
 
+@pytest.mark.slow  # tests/test_adversarial.py runs the same trick in the default suite
 @needs_sandbox
 def test_a_setsid_grandchild_dies_with_the_sandbox(unchecked, tiny):
     marker = f"{time.time_ns() % 10**6}.5"
@@ -143,6 +144,7 @@ time.sleep(0.5) if False else None
     assert survivors == []
 
 
+@pytest.mark.slow
 @needs_sandbox
 def test_killing_or_stopping_the_parent_from_the_sandbox_hits_nothing(unchecked, tiny):
     # The parent is not in the sandbox's PID namespace: getppid() is the sandbox's own init, which
