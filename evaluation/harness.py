@@ -23,8 +23,7 @@ from typing import Any, Optional
 from evaluation import protocol
 from evaluation.compare import Comparison
 from evaluation.correctness import (
-    CHECK_OFFSET, TIMING_TRIAL_OFFSET, CorrectnessRun, Judge, References, check_trial, timing_sets, trial_plan,
-    write_inputs,
+    TIMING_TRIAL_OFFSET, CorrectnessRun, Judge, References, check_trial, timing_sets, trial_plan, write_inputs,
 )
 from evaluation.fingerprint import fingerprint, resolve_device
 from evaluation.isolation import Scratch, WorkerExit, WorkerProcess, last_progress, resolve_sandbox, run_worker, scrub
@@ -35,7 +34,6 @@ from evaluation.records import (
 )
 from evaluation.static_check import check_source
 from evaluation.timing import NOT_MEASURED_CPU, quantile, speedup
-from evaluation.worker import COMPILED
 
 SHM = Path("/dev/shm")
 # Time the CPU with the host clock. Only tests set this: it runs the timing stage's checks (timed
@@ -178,7 +176,8 @@ def evaluate(
     refused, hybrid = run.accounted(Stage.correctness)
     if acc is not None:
         common.update(kernels=tuple(KernelInfo(**k.model_dump()) for k in acc.kernels), triton_launches=acc.launches,
-                      torch_epilogue=tuple(acc.torch_epilogue), hybrid_ops=tuple(sorted(hybrid)))
+                      torch_epilogue=tuple(acc.torch_epilogue), hybrid_ops=tuple(sorted(hybrid)),
+                      accounting_note=f"profiler unavailable: {acc.profiler_error}" if acc.profiler_error else None)
     if refused is not None:
         return finish(**refused, **common)
     if len(run.outcome.shape_results) != len(info.shape_cases):
@@ -667,7 +666,8 @@ def remeasure(
                 continue
             mine = [r.p50s_ms.get(key) for r in cand_rounds]
             if not mine or None in mine or len(mine) != len(base):
-                errors[name] = f"{case.case_id}: not timed in every round"
+                why = next((r.errors[key] for r in cand_rounds if key in r.errors), "not timed in every round")
+                errors[name] = f"{case.case_id}: {scrub(why)}"
                 continue
             ratios = [b / c for b, c in zip(base, mine)]
             vs_compile = [b / c for b, c in zip(compiled, mine)] if len(compiled) == len(mine) else []
@@ -692,5 +692,3 @@ def remeasure(
         stderr_tail=cand_exit.stderr_tail if errors else "", duration_s=time.monotonic() - t0,
     )
 
-
-__all__ = ["evaluate", "time_many", "remeasure", "timed_cases", "scratch_root", "COMPILED", "CHECK_OFFSET"]

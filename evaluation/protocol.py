@@ -32,7 +32,7 @@ import os
 import struct
 from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, TypeAdapter
 
 MAGIC = b"KSW1"
 _HEAD = struct.Struct("<4sIQ")
@@ -106,7 +106,6 @@ class WorkerRequest(Wire):
     bench: BenchSpec = BenchSpec()
     samples_per_round: int = 30
     allowed_torch_ops: list[str] = []  # the problem's ALLOWED_TORCH_OPS (aten names), for the watch
-    triton_names: dict[str, list[str]] = {}  # candidate name -> its @triton.jit functions (parent's parse)
 
 
 class RoundCommand(Wire):
@@ -180,8 +179,7 @@ class Timed(Wire):
     index: int
     candidate: str  # a candidate name, or a baseline name in a baselines worker
     stats: Optional[Stats] = None
-    error: Optional[str] = None
-    error_class: Optional[str] = None
+    error: Optional[str] = None  # a baseline that could not be timed (torch.compile failed...)
     input_bytes: int = 0
     output_bytes: int = 0
 

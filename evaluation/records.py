@@ -185,6 +185,7 @@ class EvalResult(Record):
     # "sum"), and the problem's ALLOWED_TORCH_OPS it used (then the kernel is a hybrid, compared as one).
     torch_epilogue: tuple[str, ...] = ()
     hybrid_ops: tuple[str, ...] = ()
+    accounting_note: Optional[str] = None  # e.g. the profiler could not run, so kernels went unlisted
 
     @property
     def hybrid(self) -> bool:

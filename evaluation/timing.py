@@ -155,20 +155,26 @@ class Bench:
         torch.cuda.synchronize()
         if not use_graph:
             return Runner(fn, input_sets, static, None, None, None, "cuda_events")
+        verdict = None
         try:
             graph = torch.cuda.CUDAGraph()
             self.capturing = True
             try:
                 with torch.cuda.graph(graph):
-                    out = fn(*static)
+                    try:
+                        out = fn(*static)
+                    except Verdict as v:  # kept apart: ending a broken capture may raise over it
+                        verdict = v
             finally:
                 self.capturing = False
             torch.cuda.synchronize()
-        except Verdict:
-            raise
         except Exception as exc:  # not capturable (host sync, allocation policy...): time it eagerly
+            if verdict is not None:
+                raise verdict from None
             torch.cuda.synchronize()
             return Runner(fn, input_sets, static, None, None, f"{type(exc).__name__}: {exc}"[:300], "cuda_events")
+        if verdict is not None:
+            raise verdict
         return Runner(fn, input_sets, static, graph, out, None, "cuda_graph")
 
     def sample(self, runner: Runner, n: int, *, start: int = 0, keep: tuple[int, ...] = ()) -> tuple[list[float], dict]:

@@ -37,8 +37,6 @@ from typing import Any
 from evaluation import protocol
 from evaluation.guards import Verdict
 
-COMPILED = "__torch_compile__"  # the torch.compile baseline's runner name in a re-measure (kept for callers)
-BASELINE = "__baseline__"
 COMPILE_MODES = {"torch_compile": None, "torch_compile_max_autotune": "max-autotune-no-cudagraphs"}
 
 
@@ -248,7 +246,7 @@ class Worker:
             poison_memory(self.device, inputs)
             progress(case.case_id, f"trial {t}")
             if t == 0 and self.device == "cuda":  # the kernels of one eager forward, from the profiler
-                out = self.profiled(name, False, lambda: self.call(model, inputs, where, stage, name=name))
+                out = self.profiled(name, False, lambda xs=inputs: self.call(model, xs, where, stage, name=name))
             else:
                 out = self.call(model, inputs, where, stage, name=name)
             changed = mutated(inputs, pristine)
@@ -436,8 +434,7 @@ class Worker:
                         stats, _ = bench.measure(bench.prepare(self._baseline_fn(name, ref), sets))
                         self.ch.send(protocol.Timed(index=case.index, candidate=name, stats=stats.model_dump(), **sizes))
                     except Exception as exc:  # a baseline that cannot run is recorded, not fatal
-                        self.ch.send(protocol.Timed(index=case.index, candidate=name, error=one_line(exc),
-                                                    error_class=type(exc).__name__, **sizes))
+                        self.ch.send(protocol.Timed(index=case.index, candidate=name, error=one_line(exc), **sizes))
             del sets, ref, outs
             self._free()
         self.ch.send(protocol.Done())
@@ -487,6 +484,9 @@ class Worker:
                     command = self.ch.read_command()
                     if command is None or isinstance(command, protocol.NextCase):
                         break
+                    if command.index != case.index:
+                        raise Verdict("crashed", "timing", "ProtocolError",
+                                      f"a round for case {command.index} arrived during case {case.index}")
                     p50s, round_errors = {}, {}
                     for name, runner in runners.items():
                         if name in case_errors:
