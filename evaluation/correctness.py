@@ -40,6 +40,9 @@ JUDGE_SLOTS = threading.BoundedSemaphore(2)
 _OOM_RETRIES, _OOM_BACKOFF_S = 4, 0.5  # waits 0.5 + 1 + 2 + 4 s for the workers' peaks to pass
 
 N_INPUT_SETS = 4  # input sets rotated between timed calls
+# Correctness on a GPU prepares each case as timing does, with fewer input sets: eight checks share one
+# GPU, and an LLM-sized case holds every set at once (the replay on fresh inputs is what is judged).
+N_CHECK_SETS = 2
 # Stress trials look for breakdowns (overflow to Inf/NaN, cancellation, a lost max subtraction), not
 # for the last digits: a kernel passes one within this many times the dtype's tolerance. The
 # magnitude itself is one where PyTorch, in the case dtype, passes the plain tolerance.
@@ -264,8 +267,8 @@ def trial_plan(refs: References, case: ShapeCase, seed: int, trials: int) -> lis
     return regular_trials(seed, trials) + stress_trials(refs, case, seed + trials)
 
 
-def timing_sets(seed: int) -> list[protocol.Trial]:
-    return [protocol.Trial(seed=seed + TIMING_SET_OFFSET + i, label="timing") for i in range(N_INPUT_SETS)]
+def timing_sets(seed: int, n: int = N_INPUT_SETS) -> list[protocol.Trial]:
+    return [protocol.Trial(seed=seed + TIMING_SET_OFFSET + i, label="timing") for i in range(n)]
 
 
 def check_trial(seed: int, index: int) -> protocol.Trial:
@@ -331,7 +334,7 @@ class CorrectnessRun:
             extra = {}
             if self.device == "cuda":  # prepared and replayed exactly as a timing would
                 self.checks[index] = check_trial(self.refs.init_seed, index)
-                extra = dict(timing_sets=timing_sets(self.refs.init_seed), check=self.checks[index])
+                extra = dict(timing_sets=timing_sets(self.refs.init_seed, N_CHECK_SETS), check=self.checks[index])
             specs.append(protocol.CaseSpec(index=index, case_id=case.case_id, params=case.params, dtype=case.dtype,
                                            state=states[index], trials=self.plans[index], **extra))
         return protocol.WorkerRequest(

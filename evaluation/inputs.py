@@ -2,8 +2,8 @@
 
 Inputs never cross the process boundary on the way in: both sides call the problem's get_inputs()
 after `torch.manual_seed(seed)`, apply the trial's rescale (`x * scale + shift`, stated in the
-request) and cast floating tensors to the case dtype. On a GPU, get_inputs() runs with the GPU as the default device, so its random tensors come
-from the device's (deterministic, counter-based) generator: the CPU generator is serial and took tens
+request) and cast floating tensors to the case dtype. On a GPU, get_inputs() runs with the GPU as
+the default device, so its random tensors come from the device's (deterministic, counter-based) generator: the CPU generator is serial and took tens
 of seconds per LLM-sized case (a 8192 x 128256 logits tensor is a billion draws). Both sides draw on
 the same device kind, so the bits match. Integer and bool inputs (targets, indices, masks) keep their
 dtype and values.

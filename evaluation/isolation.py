@@ -235,6 +235,19 @@ def _sandbox_env(env: dict[str, str]) -> dict[str, str]:
     return env
 
 
+# What a worker needs, tried as the worker would: drop to the sandbox's uid, import the harness, open
+# the GPU's device nodes (a node only a group may open is refused to the sandbox's uid).
+_PROBE_SCRIPT = """
+import os, sys
+uid = int(sys.argv[1])
+if uid >= 0:
+    os.setgroups([]); os.setresgid(uid, uid, uid); os.setresuid(uid, uid, uid)
+import evaluation.worker
+for node in sys.argv[2:]:
+    os.close(os.open(node, os.O_RDWR))
+"""
+
+
 @dataclass
 class _Probe:
     ok: bool
@@ -262,7 +275,10 @@ def probe_sandbox(device: str = "cpu") -> _Probe:
             try:
                 uid = _sandbox_uid()
                 _prepare_for_uid(scratch, uid)
-                cmd = _bwrap_args(scratch, device, uid) + [sys.executable, "-c", "import sys; sys.exit(0)"]
+                nodes = [str(n) for n in sorted(Path("/dev").glob("nvidia*")) + [Path("/dev/kfd")]
+                         if device != "cpu" and n.is_char_device()]
+                cmd = _bwrap_args(scratch, device, uid) + [sys.executable, "-c", _PROBE_SCRIPT,
+                                                           str(-1 if uid is None else uid), *nodes]
                 try:
                     done = subprocess.run(cmd, env=_sandbox_env(worker_env(device)), capture_output=True, timeout=60)
                     err = done.stderr.decode(errors="replace").strip()

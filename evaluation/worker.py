@@ -524,6 +524,10 @@ class Worker:
              "remeasure": self.remeasure}[mode]()
         except Verdict as v:
             self.ch.send(protocol.Stop(status=v.status, stage=v.stage, error_class=v.error_class, message=v.message))
+        except Exception as exc:  # out of device memory drawing a timed case's inputs, as a rule: said by name,
+            # so an executor can tell a full GPU from a candidate's fault and check it again alone
+            self.ch.send(protocol.Stop(status="crashed", stage="correctness" if mode == "correctness" else "timing",
+                                       error_class=type(exc).__name__, message=one_line(exc)))
 
 
 def main(argv: list[str] | None = None) -> None:

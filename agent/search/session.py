@@ -68,7 +68,7 @@ class SessionConfig(_Frozen):
     remeasure_rounds: int = 5
     time_cases: tuple[str, ...] = ()  # case ids timed instead of the problem's declared "timed" cases
     dtypes: tuple[str, ...] = ()  # the declared dtypes this search proves and times (empty: all of them)
-    sandbox: Literal["auto", "required", "off"] = "auto"  # the evaluator's OS sandbox for candidate code
+    sandbox: Optional[Literal["auto", "required", "off"]] = None  # the evaluator's OS sandbox (None: $KSCOUT_SANDBOX or auto)
 
     def load_problem(self, device_kind: str) -> ProblemInfo:
         import evaluation
@@ -96,7 +96,7 @@ class SessionConfig(_Frozen):
         return PolicyConfig(allow_repair=self.proposer == "llm", restart_after=restart_after)
 
 
-def _sandboxed(name: str, sandbox: str):
+def _sandboxed(name: str, sandbox: Optional[str]):
     """evaluation.<name> with the session's --sandbox, imported on first use."""
     def call(*args, **kwargs):
         import evaluation
