@@ -7,14 +7,16 @@ Public API (everything else is internal):
         ("M=4096,N=4096|bfloat16") that become the only cases tagged "timed" (ProblemError if unknown).
     list_problems(device="cpu") -> list[ProblemInfo]       the built-in problems
     evaluate(source, problem, *, device="auto", timeout_s=120.0, trials=3, time_it=True,
-             overrides=None, seed=None, baselines=("eager", "torch_compile")) -> EvalResult
-        static_check -> compile -> correctness -> timing; candidate code runs in worker processes.
+             overrides=None, seed=None, baselines=("eager", "torch_compile"), sandbox=None) -> EvalResult
+        static_check -> compile -> correctness -> timing; candidate code runs in sandboxed worker
+        processes (sandbox: "auto" | "required" | "off"; None reads $KSCOUT_SANDBOX, else auto).
     time_many([(source, checked_result), ...], problem, *, device="auto", timeout_s=120.0,
-              baselines=..., seed=None) -> list[EvalResult]
+              baselines=..., seed=None, sandbox=None, trials=None) -> list[EvalResult]
         the timing stage for candidates that passed evaluate(..., time_it=False), in one process
-        against one measurement of each baseline per case (siblings compared on equal terms).
-    remeasure(sources, problem, *, device="auto", rounds=5, timeout_s=600, baselines=("eager",))
-        -> RemeasureResult
+        against one measurement of each baseline per case (siblings compared on equal terms); the
+        baselines run in a process of their own, and every timed output is judged.
+    remeasure(sources, problem, *, device="auto", rounds=5, timeout_s=600, baselines=("eager",),
+              sandbox=None) -> RemeasureResult
     fingerprint(device="auto") -> Fingerprint
     resolve_device("auto" | "cpu" | "cuda") -> "cpu" | "cuda"
 

@@ -94,6 +94,8 @@ def render_result(result) -> None:
     if result.message:
         line += f": {result.message}"
     console.print(line, markup=False, highlight=False, soft_wrap=True)
+    if result.isolation != "bwrap":
+        console.print("isolation: none (the candidate ran without an OS sandbox)", markup=False, highlight=False)
     for r in result.shape_results:
         if not r.passed and r.message:
             console.print(f"  {r.case_id}: {r.message}", markup=False, highlight=False, soft_wrap=True)
@@ -120,6 +122,8 @@ def register(app: typer.Typer) -> None:
         dtypes: Optional[List[str]] = typer.Option(
             None, "--dtype", help="judge only this declared dtype, e.g. bfloat16 (repeatable; default all)"),
         as_json: bool = typer.Option(False, "--json", help="print one JSON object (one line)"),
+        sandbox: str = typer.Option("auto", "--sandbox",
+                                    help="auto | required | off: run the candidate in an OS sandbox (bubblewrap)"),
     ) -> None:
         """Evaluate a candidate kernel: static check, compile, correctness on every case, timing.
 
@@ -133,7 +137,7 @@ def register(app: typer.Typer) -> None:
         source = read_candidate(candidate)
         dev = resolve_device(device)
         info = load_problem(problem, dev, overrides, timed=time_cases, dtypes=dtypes or None)
-        result = evaluate(source, info, device=dev, timeout_s=timeout, trials=trials)
+        result = evaluate(source, info, device=dev, timeout_s=timeout, trials=trials, sandbox=sandbox)
         if as_json:
             typer.echo(result.model_dump_json())
         else:

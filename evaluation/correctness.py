@@ -1,22 +1,24 @@
-"""The parent's half of the correctness stage: the reference, and the judgement of every result.
+"""The parent's half of judging: the reference, the inputs each judged call ran on, and the verdicts.
 
 The parent builds the reference Model after the same seed and init inputs as the worker, saves its
 state dict for the worker, and runs it itself in float64 on the same dtype-rounded inputs and
-dtype-rounded parameters (so the tolerance covers only the candidate's arithmetic). It regenerates
-each trial's inputs from the seed and compares outputs (compare.py). Results are judged while the
-worker is still running. Only outputs cross back: the worker checks that the inputs are unchanged
-against copies it took before the forward, on the device (shipping LLM-sized inputs back cost every
-judgement a device-to-host copy, a file round trip and a comparison on the host).
+dtype-rounded parameters (so the tolerance covers only the candidate's arithmetic). For every judged
+call the worker reports (a correctness trial, the first or last timed call, the call on fresh inputs
+after timing), the parent draws that call's inputs again from the seed it chose itself and compares.
+Outputs must match the reference in value, shape, dtype and strides (unless the problem declares
+`LAYOUT_FREE = True`). Results are judged while the worker is still running. Only outputs cross
+back: the worker checks that inputs are unchanged against copies it took before the forward.
+
+The problem travels by value: the parent writes `ProblemInfo.source` into the worker's input folder
+and the worker checks its sha256, so a node that never saw the user's file can run it.
 """
 
 from __future__ import annotations
 
 import copy
-import json
-import secrets
+import hashlib
 import threading
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,8 +27,9 @@ import torch
 
 from evaluation import protocol
 from evaluation.compare import Comparison, compare
-from evaluation.inputs import RNG_LOCK, describe_trial, make_inputs
-from evaluation.problem import exec_problem, init_inputs
+from evaluation.errors import ProblemError
+from evaluation.inputs import RNG_LOCK, STRESS_LADDERS, describe, trial_inputs
+from evaluation.problem import exec_problem_source, init_inputs, read_source
 from evaluation.records import KernelInfo, ProblemInfo, ShapeCase, ShapeResult, Stage, Status
 
 
@@ -36,24 +39,46 @@ from evaluation.records import KernelInfo, ProblemInfo, ShapeCase, ShapeResult, 
 JUDGE_SLOTS = threading.BoundedSemaphore(2)
 _OOM_RETRIES, _OOM_BACKOFF_S = 4, 0.5  # waits 0.5 + 1 + 2 + 4 s for the workers' peaks to pass
 
+N_INPUT_SETS = 4  # input sets rotated between timed calls
+# Correctness on a GPU prepares each case as timing does, with fewer input sets: eight checks share one
+# GPU, and an LLM-sized case holds every set at once (the replay on fresh inputs is what is judged).
+N_CHECK_SETS = 2
+# Stress trials look for breakdowns (overflow to Inf/NaN, cancellation, a lost max subtraction), not
+# for the last digits: a kernel passes one within this many times the dtype's tolerance. The
+# magnitude itself is one where PyTorch, in the case dtype, passes the plain tolerance.
+STRESS_TOLERANCE_FACTOR = 10.0
+TIMING_SET_OFFSET = 1000  # seeds of the rotated sets: seed + 1000 + i
+CHECK_OFFSET = 3000  # seed of the fresh-input call after timing: seed + 3000 + case index
+TIMING_TRIAL_OFFSET = 10_000  # a timing worker's trial calls get seeds the correctness run never used
+
+
+def problem_text(info: ProblemInfo) -> str:
+    """The reference source, by value; read from its path only for a record made without it."""
+    text = info.source or read_source(Path(info.source_path))
+    if hashlib.sha256(text.encode()).hexdigest() != info.source_sha256:
+        raise ProblemError(f"the source of problem {info.name} does not match its recorded sha256 "
+                           f"(the file changed since it was loaded: load the problem again)")
+    return text
+
 
 class References:
     """Problem modules, reference models and their state dicts, built once per parameter binding."""
 
     def __init__(self, info: ProblemInfo, device: str, init_seed: int):
         self.info, self.device, self.init_seed = info, device, init_seed
+        self.text = problem_text(info)
         self._modules: dict[str, Any] = {}
         self._models: dict[str, torch.nn.Module] = {}
         self._models64: dict[tuple[str, str, str], torch.nn.Module] = {}
 
     @staticmethod
     def key(params: dict[str, int]) -> str:
-        return json.dumps(params, sort_keys=True)
+        return protocol.params_key(params)
 
     def module(self, params: dict[str, int]):
         k = self.key(params)
         if k not in self._modules:
-            self._modules[k] = exec_problem(self.info.source_path, params)
+            self._modules[k] = exec_problem_source(self.text, self.info.source_path, params)
         return self._modules[k]
 
     def model(self, params: dict[str, int]) -> torch.nn.Module:
@@ -83,107 +108,106 @@ class References:
         with torch.no_grad():
             return self._models64[k](*wide)
 
+    def native(self, case: ShapeCase, inputs: list[Any], device: str | None = None):
+        """The reference run by PyTorch in the case dtype itself: the precision PyTorch has there."""
+        device = device or self.device
+        k = ("native", self.key(case.params), case.dtype, device)
+        if k not in self._models64:
+            self._models64[k] = copy.deepcopy(self.model(case.params)).to(
+                dtype=getattr(torch, case.dtype), device=device).eval()
+        with torch.no_grad():
+            return self._models64[k](*[x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs])
 
-def _well_formed(payload: Any) -> bool:
-    if not isinstance(payload, dict):
-        return False
-    outputs = payload.get("outputs")
-    return (
-        isinstance(payload.get("nonce"), str)
-        and isinstance(outputs, dict)
-        and isinstance(outputs.get("kind"), str)
-        and isinstance(outputs.get("items"), list)
-        and isinstance(outputs.get("types"), list)
-    )
+    def torch_handles(self, case: ShapeCase, trial: protocol.Trial) -> bool:
+        """Whether PyTorch, in the case dtype, passes our comparison on `trial`'s inputs (and the float64
+        reference is finite there): a stress trial never asks a kernel for more than PyTorch has."""
+        module = self.module(case.params)
+        plain = trial_inputs(module, case.dtype, trial.model_copy(update=dict(scale=1.0, shift=0.0)), self.device)
+        if not any(isinstance(x, torch.Tensor) and x.is_floating_point() and bool((x < 0).any()) and bool((x > 0).any())
+                   for x in plain):
+            return False  # nothing signed to stress: the trial would repeat the plain one
+        inputs = trial_inputs(module, case.dtype, trial, self.device)
+        try:
+            expected, native = self.expected(case, inputs), self.native(case, inputs)
+        except torch.OutOfMemoryError:  # a GPU shared with the workers: the host answers the same question
+            inputs = [x.cpu() if isinstance(x, torch.Tensor) else x for x in inputs]
+            torch.cuda.empty_cache()
+            expected, native = self.expected(case, inputs, "cpu"), self.native(case, inputs, "cpu")
+        items = expected if isinstance(expected, (tuple, list)) else [expected]
+        if not all(bool(torch.isfinite(t).all()) for t in items if isinstance(t, torch.Tensor)):
+            return False
+        return compare(protocol.package(native), expected, case.dtype, self.info.tolerances[case.dtype]).passed
+
+    def layout_free(self, params: dict[str, int]) -> bool:
+        return bool(getattr(self.module(params), "LAYOUT_FREE", False))
+
+    def allowed_torch_ops(self) -> list[str]:
+        ops = getattr(self.module(self.info.shape_cases[0].params), "ALLOWED_TORCH_OPS", ()) if self.info.shape_cases else ()
+        return [str(op) for op in ops]
 
 
-@dataclass
-class Outcome:
-    status: Status | None = None  # None: no verdict yet (the worker's status decides)
-    stage: Stage | None = None
-    error_class: str | None = None
-    message: str | None = None
-    shape_results: list[ShapeResult] = field(default_factory=list)
-    launches: int = 0
-    kernels: list[KernelInfo] = field(default_factory=list)
+def _layout(strides: list, expected: Any) -> str | None:
+    """Why the output's strides differ from the reference's, or None. Dimensions of size 1 have no
+    meaningful stride and are skipped."""
+    exp_items = list(expected) if isinstance(expected, (tuple, list)) else [expected]
+    for k, (got, exp) in enumerate(zip(strides, exp_items)):
+        if got is None or not isinstance(exp, torch.Tensor) or exp.dim() == 0:
+            continue
+        want = [s for s, n in zip(exp.stride(), exp.shape) if n > 1]
+        have = [s for s, n in zip(got, exp.shape) if n > 1]
+        if want != have:
+            where = f"output {k}: " if len(exp_items) > 1 else ""
+            return (f"{where}strides {tuple(got)}, the reference's are {tuple(exp.stride())} "
+                    f"(the problem does not declare LAYOUT_FREE = True)")
+    return None
 
 
-class CorrectnessRun:
-    def __init__(self, source: str, info: ProblemInfo, device: str, trials: int, seed: int):
-        self.source, self.info, self.device = source, info, device
-        self.seeds = [seed + t for t in range(trials)]
-        self.refs = References(info, device, seed)
-        self.nonce = secrets.token_hex(16)
-        self.trials: dict[int, dict[int, Comparison]] = {}
-        self.outcome = Outcome()
-        self.expected_files = len(info.shape_cases) * trials
+class Judge:
+    """Draws a judged call's inputs again, runs the reference and compares (shared by every stage)."""
 
-    def prepare(self, scratch: Path) -> None:
-        (scratch / protocol.CANDIDATE).write_text(self.source)
-        states: dict[str, str] = {}
-        cases = []
-        for index, case in enumerate(self.info.shape_cases):
-            k = self.refs.key(case.params)
-            if k not in states:
-                states[k] = protocol.state_name(len(states))
-                torch.save(self.refs.model(case.params).state_dict(), scratch / states[k])
-            cases.append({
-                "index": index, "case_id": case.case_id, "params": case.params, "dtype": case.dtype,
-                "state": states[k], "seeds": self.seeds,
-            })
-        protocol.write_json_atomic(scratch / protocol.REQUEST, {
-            "mode": "correctness", "nonce": self.nonce, "device": self.device,
-            "problem_path": self.info.source_path, "init_seed": self.refs.init_seed, "cases": cases,
-        })
+    def __init__(self, refs: References, device: str):
+        self.refs, self.device = refs, device
 
-    def poll(self, scratch: Path) -> bool:
-        """Judge every result that has arrived; True once the verdict is final (a cheat was seen)."""
-        for path in sorted(scratch.glob("r*_*.pt")):
-            try:
-                index, trial = (int(p) for p in path.stem[1:].split("_"))
-            except ValueError:
-                continue
-            try:  # weights_only: a crafted pickle cannot run code here; anything unreadable is not ours
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")  # foreign pickle protocols warn before they fail
-                    payload = torch.load(path, weights_only=True, map_location="cpu")
-            except Exception as exc:
-                payload = f"{type(exc).__name__}"
-            path.unlink()
-            if not _well_formed(payload) or payload["nonce"] != self.nonce:
-                self._reject("ForgedResult", f"{path.name} in the scratch dir was not written by the worker")
-                return True
-            self._judge(index, trial, payload)
-            if self.outcome.status is not None:
-                return True
-        return False
-
-    def _reject(self, error_class: str, message: str) -> None:
-        self.outcome.status, self.outcome.stage = Status.rejected, Stage.correctness
-        self.outcome.error_class, self.outcome.message = error_class, message
-
-    def _judge(self, index: int, trial: int, payload: dict) -> None:
-        case = self.info.shape_cases[index]
-        tol = self.info.tolerances[case.dtype]
+    def judge(self, case: ShapeCase, trial: protocol.Trial, blob: bytes, strides: list) -> Comparison:
+        try:
+            payload = protocol.unpackage(blob)
+        except Exception as exc:  # MAC'd by the worker, so unreadable means a harness fault
+            return Comparison(False, "ProtocolError", f"outputs could not be read: {type(exc).__name__}")
+        tol = self.refs.info.tolerances[case.dtype]
+        if trial.stress:
+            tol = tol.model_copy(update=dict(atol=tol.atol * STRESS_TOLERANCE_FACTOR,
+                                             rtol=tol.rtol * STRESS_TOLERANCE_FACTOR))
         with JUDGE_SLOTS:  # drawing the inputs again takes device memory too
-            verdict = self._compare(case, self.seeds[trial], trial, payload["outputs"], tol)
-        self.trials.setdefault(index, {})[trial] = verdict
-        if len(self.trials[index]) == len(self.seeds):
-            self.outcome.shape_results.append(self._shape_result(index))
+            verdict = self._compare(case, trial, payload, strides, tol)
+            if not verdict.passed and trial.stress and verdict.kind != "LayoutMismatch" \
+                    and not self.refs.torch_handles(case, trial):
+                # PyTorch fails these very inputs too (planned on other draws): not the kernel's fault
+                verdict = Comparison(True, max_abs_error=verdict.max_abs_error, max_rel_error=verdict.max_rel_error,
+                                     numel=verdict.numel, output_shape=verdict.output_shape,
+                                     output_dtype=verdict.output_dtype)
+            return verdict
 
-    def _compare(self, case: ShapeCase, seed: int, trial: int, outputs: Any, tol) -> Comparison:
-        """Draw the trial's inputs again exactly as the worker did (same generator, same device), run the
+    def _compare(self, case: ShapeCase, trial: protocol.Trial, outputs: Any, strides: list, tol) -> Comparison:
+        """Draw the call's inputs again exactly as the worker did (same generator, same device), run the
         float64 reference on them and compare. Device memory is shared with the batch's workers: a draw
         that does not fit waits for their peaks to pass; a reference that does not fit runs on the host."""
         module = self.refs.module(case.params)
-        drawn = self._waiting_for_memory(lambda: make_inputs(module, case.dtype, seed, trial, self.device))
+        drawn = self._waiting_for_memory(lambda: trial_inputs(module, case.dtype, trial, self.device))
         try:
             try:
-                return compare(outputs, self.refs.expected(case, drawn), case.dtype, tol)
+                expected = self.refs.expected(case, drawn)
             except torch.OutOfMemoryError:
                 host, drawn = [x.cpu() if isinstance(x, torch.Tensor) else x for x in drawn], None
                 torch.cuda.empty_cache()
-                return compare(outputs, self.refs.expected(case, host, "cpu"), case.dtype, tol)
+                expected = self.refs.expected(case, host, "cpu")
+            verdict = compare(outputs, expected, case.dtype, tol)
+            if verdict.passed and not self.refs.layout_free(case.params):
+                why = _layout(strides, expected)
+                if why:
+                    verdict = Comparison(False, "LayoutMismatch", why, max_abs_error=verdict.max_abs_error,
+                                         max_rel_error=verdict.max_rel_error, numel=verdict.numel,
+                                         output_shape=verdict.output_shape, output_dtype=verdict.output_dtype)
+            return verdict
         finally:
             del drawn
             if self.device == "cuda":
@@ -199,29 +223,212 @@ class CorrectnessRun:
                 torch.cuda.empty_cache()
                 time.sleep(_OOM_BACKOFF_S * 2 ** attempt)
 
+
+# -- what each worker is asked to run -------------------------------------------------------------
+
+def regular_trials(seed: int, trials: int) -> list[protocol.Trial]:
+    from evaluation.inputs import transform
+
+    out = []
+    for t in range(trials):
+        scale, shift = transform(t)
+        out.append(protocol.Trial(seed=seed + t, scale=scale, shift=shift, label="random" if t == 0 else "rescaled"))
+    return out
+
+
+PLAN_SEED = 7  # the draws stress magnitudes are planned on (the trials themselves use fresh seeds)
+_STRESS_PLANS: dict[tuple[str, str, str], list[tuple[str, float]]] = {}
+_PLAN_LOCK = threading.Lock()
+
+
+def _stress(kind: str, value: float, seed: int) -> protocol.Trial:
+    return protocol.Trial(seed=seed, scale=value if kind == "large_logits" else 1.0,
+                          shift=value if kind == "large_offset" else 0.0, stress=True, label=kind)
+
+
+def stress_trials(refs: References, case: ShapeCase, first_seed: int) -> list[protocol.Trial]:
+    """Per stress kind, the largest magnitude on the ladder that PyTorch itself handles in the case
+    dtype (planned once per problem, case and device), as trials with seeds from `first_seed` on."""
+    key = (refs.info.problem_id, case.case_id, refs.device)
+    with _PLAN_LOCK:
+        plan = _STRESS_PLANS.get(key)
+        if plan is None:
+            plan = []
+            for kind, ladder in STRESS_LADDERS.items():
+                value = next((v for v in ladder if refs.torch_handles(case, _stress(kind, v, PLAN_SEED))), None)
+                if value is not None:
+                    plan.append((kind, value))
+            _STRESS_PLANS[key] = plan
+    return [_stress(kind, value, first_seed + k) for k, (kind, value) in enumerate(plan)]
+
+
+def trial_plan(refs: References, case: ShapeCase, seed: int, trials: int) -> list[protocol.Trial]:
+    """The judged eager calls of a case: `trials` random ones, then the stress ones."""
+    return regular_trials(seed, trials) + stress_trials(refs, case, seed + trials)
+
+
+def timing_sets(seed: int, n: int = N_INPUT_SETS) -> list[protocol.Trial]:
+    return [protocol.Trial(seed=seed + TIMING_SET_OFFSET + i, label="timing") for i in range(n)]
+
+
+def check_trial(seed: int, index: int) -> protocol.Trial:
+    return protocol.Trial(seed=seed + CHECK_OFFSET + index, label="check")
+
+
+def write_inputs(in_dir: Path, refs: References, cases: list[tuple[int, ShapeCase]],
+                 sources: list[tuple[str, str]]) -> tuple[str, dict[int, str]]:
+    """The problem file, one folder per candidate (each with `candidate.py`) and the state dicts."""
+    problem_file = f"{Path(refs.info.source_path).stem}.py"
+    (in_dir / problem_file).write_text(refs.text)
+    for folder, source in sources:
+        (in_dir / folder).mkdir()
+        (in_dir / folder / protocol.CANDIDATE).write_text(source)
+    states: dict[str, str] = {}
+    by_case = {}
+    for index, case in cases:
+        k = refs.key(case.params)
+        if k not in states:
+            states[k] = f"state_{len(states)}.pt"
+            torch.save(refs.model(case.params).state_dict(), in_dir / states[k])
+        by_case[index] = states[k]
+    return problem_file, by_case
+
+
+@dataclass
+class Outcome:
+    status: Status | None = None  # None: no verdict yet
+    stage: Stage | None = None
+    error_class: str | None = None
+    message: str | None = None
+    shape_results: list[ShapeResult] = field(default_factory=list)
+    launches: int = 0
+    kernels: list[KernelInfo] = field(default_factory=list)
+
+
+class CorrectnessRun:
+    """One candidate's correctness stage, as the parent sees it: the request, then every message."""
+
+    def __init__(self, source: str, info: ProblemInfo, device: str, trials: int, seed: int):
+        self.source, self.info, self.device = source, info, device
+        self.seeds = [seed + t for t in range(trials)]
+        self.refs = References(info, device, seed)
+        self.judge = Judge(self.refs, device)
+        self.plans: dict[int, list[protocol.Trial]] = {}
+        self.checks: dict[int, protocol.Trial] = {}
+        self.verdicts: dict[int, dict[int, Comparison]] = {}
+        self.check_verdicts: dict[int, Comparison] = {}
+        self.outcome = Outcome()
+        self.stop: protocol.Stop | None = None
+        self.accounting: protocol.Accounting | None = None
+        self.done = False
+
+    def plan(self, index: int, case: ShapeCase) -> list[protocol.Trial]:
+        return trial_plan(self.refs, case, self.refs.init_seed, len(self.seeds))
+
+    def request(self, scratch, key: bytes) -> protocol.WorkerRequest:
+        cases = list(enumerate(self.info.shape_cases))
+        problem_file, states = write_inputs(scratch.in_dir, self.refs, cases, [("c0", self.source)])
+        specs = []
+        for index, case in cases:
+            self.plans[index] = self.plan(index, case)
+            extra = {}
+            if self.device == "cuda":  # prepared and replayed exactly as a timing would
+                self.checks[index] = check_trial(self.refs.init_seed, index)
+                extra = dict(timing_sets=timing_sets(self.refs.init_seed, N_CHECK_SETS), check=self.checks[index])
+            specs.append(protocol.CaseSpec(index=index, case_id=case.case_id, params=case.params, dtype=case.dtype,
+                                           state=states[index], trials=self.plans[index], **extra))
+        return protocol.WorkerRequest(
+            mode="correctness", key=key.hex(), device=self.device, problem_file=problem_file,
+            problem_sha256=self.info.source_sha256, init_seed=self.refs.init_seed, cases=specs,
+            candidates=[protocol.CandidateSpec(name="0", folder="c0")],
+            allowed_torch_ops=self.refs.allowed_torch_ops(),
+        )
+
+    def on_message(self, message: protocol.Message, blob: bytes) -> bool:
+        """Judge what arrived; True once the verdict is final (the caller stops the worker)."""
+        if isinstance(message, protocol.Outputs):
+            if message.index not in self.plans:
+                return self._reject("ProtocolError", f"outputs for undeclared case {message.index}")
+            case = self.info.shape_cases[message.index]
+            if message.phase == "trial" and message.trial < len(self.plans[message.index]):
+                verdict = self.judge.judge(case, self.plans[message.index][message.trial], blob, message.strides)
+                self.verdicts.setdefault(message.index, {})[message.trial] = verdict
+            elif message.phase == "check" and message.index in self.checks:
+                self.check_verdicts[message.index] = self.judge.judge(case, self.checks[message.index], blob,
+                                                                      message.strides)
+            else:
+                return self._reject("ProtocolError", f"unexpected {message.phase} outputs for {case.case_id}")
+            self._maybe_complete(message.index)
+        elif isinstance(message, protocol.Accounting):
+            self.accounting = message
+        elif isinstance(message, protocol.Stop):
+            self.stop = message
+        elif isinstance(message, protocol.Done):
+            self.done = True
+        return False
+
+    def _reject(self, error_class: str, message: str) -> bool:
+        self.outcome.status, self.outcome.stage = Status.rejected, Stage.correctness
+        self.outcome.error_class, self.outcome.message = error_class, message
+        return True
+
+    def _maybe_complete(self, index: int) -> None:
+        have = self.verdicts.get(index, {})
+        if len(have) < len(self.plans[index]) or (index in self.checks and index not in self.check_verdicts):
+            return
+        if any(r.case_id == self.info.shape_cases[index].case_id for r in self.outcome.shape_results):
+            return
+        self.outcome.shape_results.append(self._shape_result(index))
+
     def _shape_result(self, index: int) -> ShapeResult:
         case = self.info.shape_cases[index]
-        trials = self.trials[index]
+        trials = self.verdicts[index]
+        plan = self.plans[index]
         failing = [t for t in sorted(trials) if not trials[t].passed]
         worst_t = failing[0] if failing else max(trials, key=lambda t: trials[t].max_abs_error or 0.0)
         worst = trials[worst_t]
         tol = self.info.tolerances[case.dtype]
         message = None
         if failing:
-            message = f"trial {worst_t} ({describe_trial(worst_t)}, seed {self.seeds[worst_t]}): {worst.message}"
+            tr = plan[worst_t]
+            message = f"trial {worst_t} ({describe(tr.scale, tr.shift, tr.label)}, seed {tr.seed}): {worst.message}"
             if len(failing) > 1:
                 message += f" (trials failing: {failing})"
+        check = self.check_verdicts.get(index)
+        if check is not None and not check.passed and not failing:
+            worst = check
+            message = (f"the prepared (graph-captured) call on fresh inputs (seed {self.checks[index].seed}): "
+                       f"{check.message}")
         return ShapeResult(
-            case_id=case.case_id, params=case.params, dtype=case.dtype, passed=not failing,
-            trials=len(trials), seeds=tuple(self.seeds), atol=tol.atol, rtol=tol.rtol,
+            case_id=case.case_id, params=case.params, dtype=case.dtype, passed=message is None,
+            trials=len(trials), seeds=tuple(t.seed for t in plan), atol=tol.atol, rtol=tol.rtol,
             max_abs_error=worst.max_abs_error, max_rel_error=worst.max_rel_error,
             mismatch_count=worst.mismatch_count, numel=worst.numel, first_mismatch=worst.first_mismatch,
             output_shape=worst.output_shape, output_dtype=worst.output_dtype, message=message,
         )
 
+    def accounted(self, stage: Stage):
+        """The compute accounting's verdict from the profiled kernels (on a GPU), or None if clean;
+        and the hybrid ops either the watch or the profiler saw."""
+        from evaluation.accounting import classify, triton_functions
+
+        acc = self.accounting
+        if acc is None:
+            return None, set()
+        result = classify(acc.profiled, triton_functions(self.source), self.refs.allowed_torch_ops(),
+                          acc.torch_epilogue)
+        hybrid = set(acc.hybrid_ops) | result.hybrid_ops
+        if result.foreign:
+            return dict(status=Status.rejected, failed_stage=stage, error_class="TorchCompute",
+                        message=result.message("forward")), hybrid
+        return None, hybrid
+
     def first_failure_kind(self) -> str | None:
-        for index, trials in sorted(self.trials.items()):
-            for t in sorted(trials):
-                if not trials[t].passed:
-                    return trials[t].kind
+        for index in sorted(self.verdicts):
+            for t in sorted(self.verdicts[index]):
+                if not self.verdicts[index][t].passed:
+                    return self.verdicts[index][t].kind
+            check = self.check_verdicts.get(index)
+            if check is not None and not check.passed:
+                return check.kind
         return None

@@ -14,6 +14,14 @@ from typing import Any
 
 from torch.utils._python_dispatch import TorchDispatchMode
 
+
+class Verdict(Exception):
+    """Ends a worker (or one candidate's timing) with a verdict other than success."""
+
+    def __init__(self, status: str, stage: str, error_class: str, message: str):
+        super().__init__(message)
+        self.status, self.stage, self.error_class, self.message = status, stage, error_class, message
+
 # aten ops that allocate, view, copy, convert dtype or fill: what a wrapper around Triton kernels
 # needs. An interpreted launch itself issues empty, new_empty, set_ and copy_ (it stages tensors
 # through host memory). Anything else in forward is PyTorch doing the work.
@@ -30,8 +38,34 @@ ALLOWED_OPS = frozenset({
 })
 
 
+# The small PyTorch epilogue a candidate may keep (issue 17): reducing its own Triton outputs to a
+# scalar or to per-row values. See ComputeWatch.epilogue_ok for what "its own" and "small" mean.
+EPILOGUE_OPS = frozenset({"sum", "mean", "div", "div_"})
+EPILOGUE_FRACTION = 8  # an epilogue reduces at most 1/8 of the largest input's elements (or one per row)
+COPY_OPS = frozenset({"clone", "contiguous", "_to_copy", "_copy_from", "_copy_from_and_resize", "lift_fresh_copy"})
+
+
+def aten_name(op: str) -> str:
+    """"aten::convolution", "aten.convolution.default", "convolution" -> "convolution"."""
+    op = op.replace("::", ".")
+    parts = op.split(".")
+    return parts[1] if parts[0] == "aten" and len(parts) > 1 else parts[0]
+
+
+def _storages(value) -> list[int]:
+    import torch
+
+    items = value if isinstance(value, (tuple, list)) else [value]
+    return [t.untyped_storage().data_ptr() for t in items if isinstance(t, torch.Tensor)]
+
+
 class ComputeWatch(TorchDispatchMode):
-    """Counts every aten op in forward that is not allocation, view, copy or fill."""
+    """Counts every aten op in forward that is not allocation, view, copy or fill, except the
+    problem's ALLOWED_TORCH_OPS (a hybrid kernel, labelled) and the small epilogue (labelled).
+
+    For the epilogue it follows storages: the forward's inputs and the model's parameters are
+    `tainted`, and so is whatever is copied from them; a Triton output is a storage the forward
+    allocated, passed to a Triton launch, and never filled from a tainted one."""
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
@@ -39,14 +73,57 @@ class ComputeWatch(TorchDispatchMode):
         # torch._dynamo (seconds, and it rebinds torch.manual_seed). No compile runs under this mode.
         return False
 
-    def __init__(self) -> None:
+    def __init__(self, allowed_torch_ops=(), counter: "LaunchCounter | None" = None, inputs=(), params=()) -> None:
+        import torch
+
         super().__init__()
         self.flagged: Counter[str] = Counter()
+        self.hybrid: set[str] = set()
+        self.epilogue: set[str] = set()
+        self.allowed = frozenset(aten_name(op) for op in allowed_torch_ops)
+        self.counter = counter
+        tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
+        self.tainted = set(_storages(tensors)) | set(_storages(list(params)))
+        self.derived: set[int] = set()
+        largest = max(tensors, key=lambda t: t.numel(), default=None)
+        self.limit = 0 if largest is None else max(largest.numel() // EPILOGUE_FRACTION,
+                                                   largest.numel() // max(1, largest.shape[-1] if largest.dim() else 1))
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func.overloadpacket.__name__ not in ALLOWED_OPS:
+        kwargs = kwargs or {}
+        name = func.overloadpacket.__name__
+        if name in self.allowed:
+            self.hybrid.add(name)
+        elif name in EPILOGUE_OPS and self.epilogue_ok(args, kwargs):
+            self.epilogue.add(name.rstrip("_"))
+            out = func(*args, **kwargs)
+            self.derived.update(_storages(out))
+            return out
+        elif name not in ALLOWED_OPS:
             self.flagged[str(func)] += 1
-        return func(*args, **(kwargs or {}))
+        out = func(*args, **kwargs)
+        if name == "copy_" and len(args) >= 2 and set(_storages(args[1])) & self.tainted:
+            self.tainted.update(_storages(args[0]))
+        elif name in COPY_OPS and set(_storages(list(args))) & self.tainted:
+            self.tainted.update(_storages(out))
+        return out
+
+    def epilogue_ok(self, args, kwargs) -> bool:
+        """Every tensor operand is a Triton output of this forward (or an epilogue's result) and holds
+        at most one value per row of the largest input, or 1/8 of its elements."""
+        import torch
+
+        if self.counter is None:
+            return False
+        tensors = [a for a in list(args) + list(kwargs.values()) if isinstance(a, torch.Tensor)]
+        for t in tensors:
+            ptr = t.untyped_storage().data_ptr()
+            if t.dim() == 0 and ptr in self.derived:
+                continue
+            own = ptr in self.derived or (ptr in self.counter.touched and ptr not in self.tainted)
+            if not own or t.numel() > self.limit:
+                return False
+        return bool(tensors)
 
 
 def _compile_error_types() -> tuple[type, ...]:
@@ -70,7 +147,9 @@ class LaunchCounter:
     """Wraps JITFunction.run and InterpretedFunction.run (autotuners and heuristics end there too)."""
 
     def __init__(self) -> None:
-        self.count = 0
+        self.count = 0  # launches in the current forward (the worker resets it per call)
+        self.total = 0
+        self.touched: set[int] = set()  # storages passed to a launch in the current forward
         self.kernels: dict[str, dict[str, Any]] = {}
         self._compile_errors: list[BaseException] = []
         self._types = _compile_error_types()
@@ -99,10 +178,17 @@ class LaunchCounter:
                 raise
             if not kwargs.get("warmup", False):
                 counter.count += 1
+                counter.total += 1
+                counter.touched.update(_storages([a for a in list(args) + list(kwargs.values())]))
                 counter._note(kernel, result)
             return result
 
         return run
+
+    def begin(self) -> None:
+        """A new forward: its launches and the storages they touched start from nothing."""
+        self.count = 0
+        self.touched = set()
 
     def _note(self, kernel, compiled) -> None:
         name = getattr(getattr(kernel, "fn", None), "__name__", None) or getattr(kernel, "__name__", "kernel")
@@ -154,8 +240,9 @@ WATCHED = (
     ("triton.runtime.autotuner.Autotuner", ("run",)),
     ("torch.utils._python_dispatch.TorchDispatchMode", ("__enter__", "__exit__")),
 )
-WATCHED_MODULES = ("torch", "triton", "time", "json", "os", "builtins", "evaluation.worker",
-                   "evaluation.guards", "evaluation.inputs", "evaluation.problem", "evaluation.timing")
+WATCHED_MODULES = ("torch", "triton", "time", "json", "os", "builtins", "hmac", "hashlib", "evaluation",
+                   "evaluation.worker", "evaluation.guards", "evaluation.inputs", "evaluation.problem",
+                   "evaluation.timing", "evaluation.protocol")
 
 
 def _lookup(dotted: str):
@@ -178,6 +265,7 @@ class HarnessSnapshot:
         import sys
 
         self._entries: list[tuple[str, Any, Any]] = []
+        self._own: list[tuple[str, type, Any]] = []  # attributes defined on the harness's own classes
         for owner, attrs in WATCHED:
             try:
                 obj = _lookup(owner)
@@ -189,18 +277,30 @@ class HarnessSnapshot:
         self._modules = {name: sys.modules[name] for name in WATCHED_MODULES if name in sys.modules}
         for name in WATCHED_MODULES:
             module = self._modules.get(name)
-            if module is not None and name.startswith("evaluation."):
-                for attr, value in vars(module).items():
-                    if callable(value) and not attr.startswith("__"):
-                        self._entries.append((f"{name}.{attr}", module, value))
+            if module is None or not name.startswith("evaluation."):
+                continue
+            for attr, value in list(vars(module).items()):
+                if attr.startswith("__"):
+                    continue
+                # Callables and the module's constants (an allow-list widened in place is a new object
+                # only if replaced; frozensets and tuples cannot be changed in place).
+                self._entries.append((f"{name}.{attr}", module, value))
+                if isinstance(value, type) and value.__module__ == name:
+                    for cattr, cvalue in list(vars(value).items()):
+                        if not cattr.startswith("__") or cattr in ("__call__", "__torch_dispatch__", "__enter__",
+                                                                    "__exit__", "__init__"):
+                            self._own.append((f"{name}.{attr}.{cattr}", value, cvalue))
 
     def changed(self) -> list[str]:
         import sys
 
         out = [name for name, module in self._modules.items() if sys.modules.get(name) is not module]
+        missing = object()
         for name, owner, value in self._entries:
-            attr = name.rsplit(".", 1)[1]
-            if getattr(owner, attr, None) is not value:
+            if getattr(owner, name.rsplit(".", 1)[1], missing) is not value:
+                out.append(name)
+        for name, cls, value in self._own:
+            if vars(cls).get(name.rsplit(".", 1)[1], missing) is not value:
                 out.append(name)
         return out
 
@@ -239,3 +339,48 @@ def same_bits(a: Any, b: Any) -> bool:
 def mutated(inputs: list[Any], pristine: list[Any]) -> list[int]:
     """Positions of the inputs whose bits differ from the copies taken before the forward."""
     return [i for i, (a, b) in enumerate(zip(inputs, pristine)) if not same_bits(a, b)]
+
+
+PROFILE_MAX_KERNELS = 500
+
+
+def profile_kernels(run, replay: bool):
+    """`run()` under torch.profiler (CPU + CUDA): its result, the device kernels it launched with the
+    chain of aten ops that launched each (none for a raw launch such as Triton's, or in a graph
+    replay), and the profiler's error if it could not run (then the list is empty)."""
+    import torch
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    from evaluation.protocol import ProfiledKernel
+
+    try:
+        prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+        prof.__enter__()
+    except Exception as exc:  # CUPTI unavailable, another profiler active...
+        return run(), [], f"{type(exc).__name__}: {exc}"[:200]
+    try:
+        out = run()
+        torch.cuda.synchronize()
+    finally:
+        prof.__exit__(None, None, None)
+    try:
+        events = prof.events()
+        kernels, attributed = [], Counter()
+        for evt in events:
+            if evt.device_type != DeviceType.CPU or not evt.kernels:
+                continue
+            chain, e = [], evt
+            while e is not None:
+                if e.name.startswith("aten::"):
+                    chain.append(e.name[len("aten::"):])
+                e = e.cpu_parent
+            for k in evt.kernels:
+                kernels.append(ProfiledKernel(name=k.name, ops=chain, replay=replay))
+                attributed[k.name] += 1
+        device = Counter(evt.name for evt in events if evt.device_type == DeviceType.CUDA)
+        for name, n in device.items():
+            kernels += [ProfiledKernel(name=name, replay=replay)] * max(0, n - attributed.get(name, 0))
+    except Exception as exc:
+        return out, [], f"reading the profile: {type(exc).__name__}: {exc}"[:200]
+    return out, kernels[:PROFILE_MAX_KERNELS], None

@@ -1,43 +1,58 @@
-"""evaluate() and remeasure(): the cascade static_check -> compile -> correctness -> timing.
+"""evaluate(), time_many() and remeasure(): the cascade static_check -> compile -> correctness -> timing.
 
-Every stage that runs candidate code runs it in a fresh worker process (isolation.py): one for all
-shape cases and trials of the correctness stage, one more for timing on a GPU. Nothing the candidate
-does raises here; it comes back as a Status with the stage that failed. Only bad harness input raises
-(an unknown problem, --device cuda without a GPU).
+Every stage that runs candidate code runs it in a fresh worker process, in the OS sandbox where one
+can be made (isolation.py): one for all shape cases and trials of the correctness stage, one more for
+timing on a GPU. The parent alone writes a verdict: the worker's messages are data it checks (MAC'd
+frames, protocol.py), and every output the worker reports, timed calls included, is compared here
+against the parent's own reference on inputs the parent chose. Baselines are timed in a process no
+candidate ever ran in. Nothing the candidate does raises here; it comes back as a Status with the
+stage that failed. Only bad harness input raises (an unknown problem, --device cuda without a GPU,
+--sandbox required where no sandbox can be made).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import json
+import os
 import secrets
-import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from evaluation import protocol
-from evaluation.correctness import CorrectnessRun, References
+from evaluation.compare import Comparison
+from evaluation.correctness import (
+    TIMING_TRIAL_OFFSET, CorrectnessRun, Judge, References, check_trial, timing_sets, trial_plan, write_inputs,
+)
 from evaluation.fingerprint import fingerprint, resolve_device
-from evaluation.isolation import WorkerExit, last_progress, run_worker
+from evaluation.isolation import Scratch, WorkerExit, WorkerProcess, last_progress, resolve_sandbox, run_worker, scrub
 from evaluation.problem import load_problem
 from evaluation.records import (
-    BASELINES, Baseline, EvalResult, KernelInfo, ProblemInfo, RemeasuredCandidate, RemeasuredCase, RemeasureResult,
-    ShapeCase, Stage, Status, TimedCase, TimingStats, source_sha256,
+    ALL_BASELINES, BASELINES, Baseline, EvalResult, KernelInfo, ProblemInfo, RemeasuredCandidate, RemeasuredCase,
+    RemeasureResult, ShapeCase, Stage, Status, TimedCase, TimingStats, source_sha256,
 )
 from evaluation.static_check import check_source
 from evaluation.timing import NOT_MEASURED_CPU, quantile, speedup
-from evaluation.worker import COMPILED
 
-N_INPUT_SETS = 4  # inputs rotated between timing samples
 SHM = Path("/dev/shm")
+# Time the CPU with the host clock. Only tests set this: it runs the timing stage's checks (timed
+# outputs judged, baselines in their own process) through the interpreter; the numbers mean nothing.
+HOST_TIMING = False
+HOST_BENCH = protocol.BenchSpec(budget_s=0.0, min_samples=4, max_samples=4, n_warmup=1)
+MAX_AUTOTUNE_CAP_S = float(os.environ.get("KSCOUT_MAX_AUTOTUNE_S", "600"))
+BASELINE_TIMEOUT_S = 900.0
+# A timed candidate whose achieved bandwidth is this many times the measured copy bandwidth did not
+# do what it was timed on (a patched clock, work outside the timed call): the L2 is flushed before
+# every sample, so even a cache-friendly kernel stays well under this.
+IMPLAUSIBLE_FACTOR = 3.0
+IMPLAUSIBLE_MIN_BYTES = 1 << 20
 
 
 def scratch_root() -> str | None:
     """Where worker scratch directories go: $KSCOUT_SCRATCH, else /dev/shm when it is a writable tmpfs
     with room (outputs and inputs of every correctness call cross it, up to GBs for LLM-sized cases),
     else the system temp dir."""
-    import os
     import shutil
 
     chosen = os.environ.get("KSCOUT_SCRATCH")
@@ -63,15 +78,6 @@ def _problem(problem: ProblemInfo | str, device: str, overrides: dict[str, int] 
     return load_problem(problem, device, overrides)
 
 
-def _read_status(scratch: Path, nonce: str) -> dict[str, Any] | None:
-    """The worker's status, or None if it never wrote one (or a forged one: wrong nonce)."""
-    try:
-        status = json.loads((scratch / protocol.STATUS).read_text())
-    except (OSError, ValueError):
-        return None
-    return status if isinstance(status, dict) and status.get("nonce") == nonce else None
-
-
 def _death(exit_: WorkerExit, stage: Stage, timeout_s: float) -> dict[str, Any]:
     where = last_progress(exit_.stderr_tail)
     during = f" during {where}" if where else " before its first case"
@@ -80,6 +86,32 @@ def _death(exit_: WorkerExit, stage: Stage, timeout_s: float) -> dict[str, Any]:
                     message=f"the candidate's process ran past the {timeout_s:g} s limit{during} and was killed")
     return dict(status=Status.crashed, failed_stage=stage, error_class=exit_.death_class(),
                 message=f"the candidate's process died by {exit_.death()}{during} without reporting")
+
+
+def _forged(exit_: WorkerExit, stage: Stage) -> dict[str, Any]:
+    return dict(status=Status.rejected, failed_stage=stage, error_class="ForgedResult",
+                message=f"a frame on the worker's result pipe failed verification ({exit_.forged}): "
+                        "something other than the worker wrote it")
+
+
+def _stopped(stop: protocol.Stop) -> dict[str, Any]:
+    return dict(status=Status(stop.status), failed_stage=Stage(stop.stage), error_class=stop.error_class,
+                message=scrub(stop.message))
+
+
+def _run(request_for, device: str, timeout_s: float, isolation: str, on_message) -> WorkerExit:
+    """One worker in a fresh scratch folder: `request_for(scratch, key)` writes its inputs."""
+    scratch = Scratch.make(scratch_root())
+    try:
+        key = protocol.new_key()
+        request = request_for(scratch, key)
+        return run_worker(scratch, device, timeout_s, request, key=key, isolation=isolation, on_message=on_message)
+    finally:
+        scratch.cleanup()
+
+
+def _times_here(dev: str) -> bool:
+    return dev != "cpu" or HOST_TIMING
 
 
 def evaluate(
@@ -93,19 +125,24 @@ def evaluate(
     overrides: dict[str, int] | None = None,
     seed: int | None = None,
     baselines: tuple[str, ...] = BASELINES,
+    sandbox: str | None = None,
 ) -> EvalResult:
     """Judge one candidate. `seed` fixes the trial inputs (recorded in the result either way);
-    `baselines` are those timed next to it (eager always: speedups are against it)."""
+    `baselines` are those timed next to it (eager always: speedups are against it); `sandbox` is
+    auto | required | off (None: $KSCOUT_SANDBOX, else auto)."""
     started, t0 = _now(), time.monotonic()
     dev = resolve_device(device)
     info = _problem(problem, dev, overrides)
     if trials < 1:
         raise ValueError("trials must be >= 1")
-    seed = secrets.randbelow(2**31 - 1024) if seed is None else seed
+    isolation = resolve_sandbox(sandbox, dev)
+    seed = secrets.randbelow(2**31 - 10**5) if seed is None else seed
     base = dict(candidate_sha256=source_sha256(source), problem_id=info.problem_id, problem_name=info.name,
-                device=dev, fingerprint=fingerprint(dev), started_at=started)
+                device=dev, fingerprint=fingerprint(dev), started_at=started, isolation=isolation)
 
     def finish(**fields) -> EvalResult:
+        if fields.get("message"):
+            fields["message"] = scrub(fields["message"])
         return EvalResult(**base, duration_s=time.monotonic() - t0, **fields)
 
     report = check_source(source, Path(info.source_path).stem)
@@ -122,42 +159,43 @@ def evaluate(
                       message=first.describe() + more)
 
     run = CorrectnessRun(source, info, dev, trials, seed)
-    with tempfile.TemporaryDirectory(prefix="kscout-eval-", dir=scratch_root()) as tmp:
-        scratch = Path(tmp)
-        run.prepare(scratch)
-        exit_ = run_worker(scratch, dev, timeout_s, poll=lambda: run.poll(scratch))
-        status = _read_status(scratch, run.nonce)
-    seeds = tuple(run.seeds)
-    common = dict(shape_results=tuple(run.outcome.shape_results), seeds=seeds)
+    exit_ = _run(run.request, dev, timeout_s, isolation, run.on_message)
+    common = dict(shape_results=tuple(run.outcome.shape_results), seeds=tuple(run.seeds),
+                  stderr_tail=exit_.stderr_tail)
     out = run.outcome
-    if out.status is not None:  # the parent saw a cheat (mutated inputs, forged result)
+    if exit_.forged:
+        return finish(**_forged(exit_, Stage.correctness), **common)
+    if out.status is not None:  # the parent refused what it was sent
         return finish(status=out.status, failed_stage=out.stage, error_class=out.error_class, message=out.message,
-                      stderr_tail=exit_.stderr_tail, **common)
-    if exit_.timed_out or status is None:
-        return finish(**_death(exit_, Stage.correctness, timeout_s), stderr_tail=exit_.stderr_tail, **common)
-    if status["status"] != "ok":
-        return finish(status=Status(status["status"]), failed_stage=Stage(status["stage"]),
-                      error_class=status["error_class"], message=status["message"],
-                      stderr_tail=exit_.stderr_tail, **common)
-    kernels = tuple(KernelInfo(**k) for k in status.get("kernels", ()))
-    common.update(kernels=kernels, triton_launches=int(status.get("launches", 0)))
+                      **common)
+    if run.stop is not None:
+        return finish(**_stopped(run.stop), **common)
+    if exit_.timed_out or not run.done:
+        return finish(**_death(exit_, Stage.correctness, timeout_s), **common)
+    acc = run.accounting
+    refused, hybrid = run.accounted(Stage.correctness)
+    if acc is not None:
+        common.update(kernels=tuple(KernelInfo(**k.model_dump()) for k in acc.kernels), triton_launches=acc.launches,
+                      torch_epilogue=tuple(acc.torch_epilogue), hybrid_ops=tuple(sorted(hybrid)),
+                      accounting_note=f"profiler unavailable: {acc.profiler_error}" if acc.profiler_error else None)
+    if refused is not None:
+        return finish(**refused, **common)
     if len(run.outcome.shape_results) != len(info.shape_cases):
         missing = len(info.shape_cases) - len(run.outcome.shape_results)
         return finish(status=Status.crashed, failed_stage=Stage.correctness, error_class="ProtocolError",
-                      message=f"the worker reported success but {missing} case results never arrived",
-                      stderr_tail=exit_.stderr_tail, **common)
+                      message=f"the worker reported success but {missing} case results never arrived", **common)
     failed = [r for r in run.outcome.shape_results if not r.passed]
     if failed:
         return finish(status=Status.incorrect, failed_stage=Stage.correctness, error_class=run.first_failure_kind(),
                       message=f"{len(failed)} of {len(info.shape_cases)} cases failed; first {failed[0].case_id}: "
-                              f"{failed[0].message}",
-                      **common)
-    if dev == "cpu":
+                              f"{failed[0].message}", **common)
+    if not _times_here(dev):
         return finish(status=Status.passed, timing_note=NOT_MEASURED_CPU, **common)
     checked = finish(status=Status.passed, timing_note="timing not requested", **common)
     if not time_it:
         return checked
-    return time_many([(source, checked)], info, device=dev, timeout_s=timeout_s, baselines=baselines, seed=seed)[0]
+    return time_many([(source, checked)], info, device=dev, timeout_s=timeout_s, baselines=baselines, seed=seed,
+                     sandbox=sandbox, trials=trials)[0]
 
 
 def timed_cases(info: ProblemInfo) -> list[tuple[int, ShapeCase]]:
@@ -165,32 +203,140 @@ def timed_cases(info: ProblemInfo) -> list[tuple[int, ShapeCase]]:
     return tagged or list(enumerate(info.shape_cases))
 
 
-def _timing_request(info: ProblemInfo, dev: str, seed: int, mode: str, scratch: Path, sources: list[str],
-                    extra: dict) -> tuple[str, list[dict]]:
-    """Write request.json, the candidate files and the state dicts of the timed cases.
+def _check_baselines(baselines: tuple[str, ...]) -> None:
+    if "eager" not in baselines or set(baselines) - set(ALL_BASELINES):
+        raise ValueError(f"baselines must include 'eager' and be among {ALL_BASELINES} (got {baselines})")
 
-    Returns the nonce and the candidate entries (name = position in `sources`, as a string)."""
-    import torch
 
-    refs = References(info, dev, seed)
-    nonce = secrets.token_hex(16)
-    entries = [{"name": str(i), "file": f"cand_{i}.py", "index": i} for i in range(len(sources))]
-    for entry, src in zip(entries, sources):
-        (scratch / entry["file"]).write_text(src)
-    states: dict[str, str] = {}
-    cases = []
-    for index, case in timed_cases(info):
-        k = refs.key(case.params)
-        if k not in states:
-            states[k] = protocol.state_name(len(states))
-            torch.save(refs.model(case.params).state_dict(), scratch / states[k])
-        cases.append({"index": index, "case_id": case.case_id, "params": case.params, "dtype": case.dtype,
-                      "state": states[k], "seeds": [seed + 1000 + i for i in range(N_INPUT_SETS)]})
-    protocol.write_json_atomic(scratch / protocol.REQUEST, {
-        "mode": mode, "nonce": nonce, "device": dev, "problem_path": info.source_path, "init_seed": seed,
-        "cases": cases, "candidates": entries, **extra,
-    })
-    return nonce, entries
+@dataclass
+class _CandidateTiming:
+    """What the parent learned about one candidate in a timing process."""
+
+    stats: dict[int, TimingStats] = field(default_factory=dict)
+    wrong: Optional[dict[str, Any]] = None  # the first timed output that failed its comparison
+    accounting: Optional[protocol.Accounting] = None
+    stop: Optional[protocol.Stop] = None
+    error: Optional[str] = None
+    error_class: Optional[str] = None
+    launches: int = 0
+
+
+class TimedRun:
+    """The parent's half of one timing process: its request, and the judgement of every output."""
+
+    def __init__(self, info: ProblemInfo, dev: str, seed: int, refs: References, trials: int, names: list[str],
+                 sources: list[str]):
+        self.info, self.dev, self.seed, self.refs = info, dev, seed, refs
+        self.judge = Judge(refs, dev)
+        self.names, self.sources = names, sources
+        self.cases = timed_cases(info)
+        self.trials = {index: trial_plan(refs, case, seed + TIMING_TRIAL_OFFSET, trials) for index, case in self.cases}
+        self.sets = timing_sets(seed)
+        self.checks = {index: check_trial(seed, index) for index, _ in self.cases}
+        self.per: dict[str, _CandidateTiming] = {n: _CandidateTiming() for n in names}
+        self.stop: protocol.Stop | None = None
+        self.done: protocol.Done | None = None
+
+    def request(self, scratch: Scratch, key: bytes) -> protocol.WorkerRequest:
+        folders = [(f"c{i}", src) for i, src in enumerate(self.sources)]
+        problem_file, states = write_inputs(scratch.in_dir, self.refs, self.cases, folders)
+        return protocol.WorkerRequest(
+            mode="timing", key=key.hex(), device=self.dev, problem_file=problem_file,
+            problem_sha256=self.info.source_sha256, init_seed=self.seed, cases=self.specs(states),
+            candidates=[protocol.CandidateSpec(name=n, folder=f"c{i}") for i, n in enumerate(self.names)],
+            bench=HOST_BENCH if self.dev == "cpu" else protocol.BenchSpec(),
+            allowed_torch_ops=self.refs.allowed_torch_ops(),
+        )
+
+    def specs(self, states: dict[int, str]) -> list[protocol.CaseSpec]:
+        return [protocol.CaseSpec(index=index, case_id=case.case_id, params=case.params, dtype=case.dtype,
+                                  state=states[index], trials=self.trials[index], timing_sets=self.sets,
+                                  check=self.checks[index])
+                for index, case in self.cases]
+
+    def on_message(self, message: protocol.Message, blob: bytes) -> bool:
+        if isinstance(message, protocol.Outputs):
+            mine = self.per.get(message.candidate)
+            if mine is None or mine.wrong is not None:
+                return False
+            case = self.info.shape_cases[message.index]
+            trial = {"trial": lambda: self.trials[message.index][message.trial],
+                     "check": lambda: self.checks[message.index],
+                     "first": lambda: self.sets[message.trial], "last": lambda: self.sets[message.trial]}[message.phase]()
+            verdict = self.judge.judge(case, trial, blob, message.strides)
+            if not verdict.passed:
+                mine.wrong = self._wrong(case, message.phase, trial, verdict)
+        elif isinstance(message, protocol.Accounting):
+            if message.candidate in self.per:
+                self.per[message.candidate].accounting = message
+        elif isinstance(message, protocol.Timed):
+            if message.candidate in self.per and message.stats is not None:
+                self.per[message.candidate].stats[message.index] = TimingStats(**message.stats.model_dump())
+        elif isinstance(message, protocol.Stop):
+            if message.candidate in self.per:
+                self.per[message.candidate].stop = message
+            else:
+                self.stop = message
+        elif isinstance(message, protocol.Done):
+            self.done = message
+            for name, error in message.errors.items():
+                if name in self.per:
+                    self.per[name].error = error
+                    self.per[name].error_class = message.error_classes.get(name, "TimingError")
+        return False
+
+    @staticmethod
+    def _wrong(case: ShapeCase, phase: str, trial: protocol.Trial, verdict: Comparison) -> dict[str, Any]:
+        what = {"trial": "a correctness call in the timing process", "first": "the first timed call",
+                "last": "the last timed call", "check": "the timed call re-run on fresh inputs"}[phase]
+        return dict(status=Status.incorrect, failed_stage=Stage.timing, error_class=verdict.kind,
+                    message=f"{case.case_id}: {what} (seed {trial.seed}) was wrong: {verdict.message}")
+
+
+def _baseline_request(info: ProblemInfo, dev: str, seed: int, refs: References, names: list[str],
+                      mode: str = "baselines"):
+    cases = timed_cases(info)
+
+    def request_for(scratch: Scratch, key: bytes) -> protocol.WorkerRequest:
+        problem_file, states = write_inputs(scratch.in_dir, refs, cases, [])
+        specs = [protocol.CaseSpec(index=index, case_id=case.case_id, params=case.params, dtype=case.dtype,
+                                   state=states[index], trials=[], timing_sets=timing_sets(seed))
+                 for index, case in cases]
+        return protocol.WorkerRequest(mode=mode, key=key.hex(), device=dev, problem_file=problem_file,
+                                      problem_sha256=info.source_sha256, init_seed=seed, cases=specs,
+                                      baselines=names, bench=HOST_BENCH if dev == "cpu" else protocol.BenchSpec())
+
+    return request_for
+
+
+def _time_baselines(info: ProblemInfo, dev: str, seed: int, refs: References, baselines: tuple[str, ...],
+                    timeout_s: float) -> tuple[dict[int, dict[str, Baseline]], dict[int, tuple[int, int]]]:
+    """Every baseline of every timed case, in processes that never ran a candidate. max-autotune runs
+    alone under its own cap; a baseline that fails or times out is recorded with its error."""
+    measured: dict[int, dict[str, Baseline]] = {}
+    sizes: dict[int, tuple[int, int]] = {}
+
+    def collect(message: protocol.Message, blob: bytes) -> bool:
+        if isinstance(message, protocol.Timed):
+            stats = TimingStats(**message.stats.model_dump()) if message.stats is not None else None
+            measured.setdefault(message.index, {})[message.candidate] = Baseline(
+                name=message.candidate, timing=stats, error=message.error)
+            sizes[message.index] = (message.input_bytes, message.output_bytes)
+        return False
+
+    groups = [[b for b in baselines if b != "torch_compile_max_autotune"]]
+    if "torch_compile_max_autotune" in baselines:
+        groups.append(["torch_compile_max_autotune"])
+    for names in groups:
+        cap = MAX_AUTOTUNE_CAP_S if names == ["torch_compile_max_autotune"] else max(timeout_s, BASELINE_TIMEOUT_S)
+        exit_ = _run(_baseline_request(info, dev, seed, refs, names), dev, cap, "none", collect)
+        for index, _ in timed_cases(info):
+            for name in names:
+                if name not in measured.get(index, {}):
+                    why = (f"did not finish within {cap:g} s" if exit_.timed_out
+                           else f"the baseline process died by {exit_.death()}")
+                    measured.setdefault(index, {})[name] = Baseline(name=name, error=why)
+    return measured, sizes
 
 
 def time_many(
@@ -201,99 +347,135 @@ def time_many(
     timeout_s: float = 120.0,
     baselines: tuple[str, ...] = BASELINES,
     seed: int | None = None,
+    sandbox: str | None = None,
+    trials: int | None = None,
 ) -> list[EvalResult]:
     """Time candidates that passed correctness (`evaluate(..., time_it=False)`), all in one process.
 
-    Siblings are timed on the same input sets against one measurement of each baseline per case,
-    which is both cheaper (one process start, one torch.compile) and a fairer comparison than one
-    process each. Items that did not pass, and everything on the CPU, come back unchanged. If the
+    Siblings are timed on the same input sets against one measurement of each baseline per case; the
+    baselines are measured in their own process, which no candidate ever ran in. Every timed
+    candidate's outputs are judged here: the correctness calls it gets again, the first and last timed
+    call, and the timed call re-run on fresh inputs; a wrong one makes the candidate `incorrect` at
+    stage `timing`. Items that did not pass, and everything on the CPU, come back unchanged. If the
     shared process dies or reports anything but success, each candidate is timed again alone, so one
     bad candidate cannot take its siblings' numbers with it and gets its own status.
     """
     dev = resolve_device(device)
     info = _problem(problem, dev, None)
-    if "eager" not in baselines or set(baselines) - set(BASELINES):
-        raise ValueError(f"baselines must include 'eager' and be among {BASELINES} (got {baselines})")
+    _check_baselines(baselines)
     out = [r for _, r in items]
-    todo = [i for i, (_, r) in enumerate(items) if r.passed and dev != "cpu"]
+    todo = [i for i, (_, r) in enumerate(items) if r.passed and _times_here(dev)]
     if not todo:
         return out
-    seed = secrets.randbelow(2**31 - 1024) if seed is None else seed
-    timed = _time_batch([items[i][0] for i in todo], info, dev, seed, timeout_s * len(todo), baselines)
+    isolation = resolve_sandbox(sandbox, dev)
+    seed = secrets.randbelow(2**31 - 10**5) if seed is None else seed
+    if trials is None:
+        trials = max((r.trials for i in todo for r in items[i][1].shape_results), default=1)
+        trials = min(trials, 3)
+    refs = References(info, dev, seed)
+    t0 = time.monotonic()
+    sources = [items[i][0] for i in todo]
+    timed = _time_batch(sources, info, dev, seed, refs, trials, timeout_s * len(todo), isolation)
     if timed is None:  # the shared process failed: one process each, so the culprit gets its own status
-        timed = [_time_batch([items[i][0]], info, dev, seed, timeout_s, baselines)[0] for i in todo]
+        timed = [_time_batch([s], info, dev, seed, refs, trials, timeout_s, isolation)[0] for s in sources]
+    if any(f["status"] is Status.passed for f in timed):
+        measured, sizes = _time_baselines(info, dev, seed, refs, baselines, timeout_s)
+    else:
+        measured, sizes = {}, {}
+    elapsed = (time.monotonic() - t0) / len(todo)
+    fp = fingerprint(dev)
+    ceiling = None
+    if dev != "cpu":
+        from evaluation.ceiling import copy_ceiling_gbps
+
+        ceiling = copy_ceiling_gbps(fp.device_name, fp.driver_version)
     notes = [] if set(baselines) == set(BASELINES) else [f"baselines timed: {', '.join(baselines)}"]
     if info.float32_matmul_precision == "high" and any(c.dtype == "float32" for _, c in timed_cases(info)):
         notes.append("float32 baselines ran with TF32 matmuls, as the problem's tolerance admits")
+    if dev == "cpu":
+        notes.append("host clock through the Triton interpreter (a test of the timing stage's checks, not a speed)")
     for i, fields in zip(todo, timed):
         prior = items[i][1]
+        if fields["status"] is Status.passed:
+            fields = _assemble(info, refs, fields.pop("stats"), measured, sizes, baselines, ceiling)
+        fields.setdefault("isolation", isolation)
         out[i] = prior.model_copy(update=dict(
-            duration_s=prior.duration_s + fields.pop("elapsed_s"), timing_note="; ".join(notes) or None,
+            duration_s=prior.duration_s + elapsed, timing_note="; ".join(notes) or None,
             stderr_tail=fields.pop("stderr_tail", prior.stderr_tail), **fields))
     return out
 
 
-def _time_batch(sources: list[str], info: ProblemInfo, dev: str, seed: int, timeout_s: float,
-                baselines: tuple[str, ...]) -> list[dict] | None:
-    """One timing process for `sources`: per source, the fields to update its EvalResult with.
-
-    None when the process failed as a whole with several sources (the caller retries each alone);
-    with a single source, that failure is the source's own status."""
-    from evaluation.ceiling import copy_ceiling_gbps
-    from evaluation.problem import exec_problem
-
-    t0 = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="kscout-time-", dir=scratch_root()) as tmp:
-        scratch = Path(tmp)
-        nonce, entries = _timing_request(info, dev, seed, "timing", scratch, sources,
-                                         {"baselines": list(baselines)})
-        exit_ = run_worker(scratch, dev, timeout_s)
-        status = _read_status(scratch, nonce)
-    elapsed = (time.monotonic() - t0) / len(sources)
-    if exit_.timed_out or status is None or status["status"] != "ok":
+def _time_batch(sources: list[str], info: ProblemInfo, dev: str, seed: int, refs: References, trials: int,
+                timeout_s: float, isolation: str) -> list[dict] | None:
+    """One timing process for `sources`: per source, the fields to update its EvalResult with (with the
+    raw "stats" of a passing one). None when the process failed as a whole with several sources (the
+    caller retries each alone); with a single source, that failure is the source's own status."""
+    names = [str(i) for i in range(len(sources))]
+    run = TimedRun(info, dev, seed, refs, trials, names, sources)
+    exit_ = _run(run.request, dev, timeout_s, isolation, run.on_message)
+    whole = None
+    if exit_.forged:
+        whole = _forged(exit_, Stage.timing)
+    elif run.stop is not None:
+        whole = _stopped(run.stop)
+    elif exit_.timed_out or run.done is None:
+        whole = _death(exit_, Stage.timing, timeout_s)
+    if whole is not None:
         if len(sources) > 1:
             return None
-        if exit_.timed_out or status is None:
-            fields = _death(exit_, Stage.timing, timeout_s)
-        else:
-            fields = dict(status=Status(status["status"]), failed_stage=Stage(status["stage"]),
-                          error_class=status["error_class"], message=status["message"])
-        return [dict(fields, stderr_tail=exit_.stderr_tail, elapsed_s=elapsed)]
-    fp = fingerprint(dev)
-    ceiling = copy_ceiling_gbps(fp.device_name, fp.driver_version)
-    modules: dict[str, Any] = {}
+        whole["failed_stage"] = Stage.timing
+        return [dict(whole, stderr_tail=exit_.stderr_tail)]
+    from evaluation.accounting import classify, triton_functions
+
     results = []
-    for entry in entries:
-        name = entry["name"]
-        error = status["errors"].get(name)
-        if error:
-            results.append(dict(status=Status.crashed, failed_stage=Stage.timing,
-                                error_class=status.get("error_classes", {}).get(name, "TimingError"),
-                                message=error, elapsed_s=elapsed))
-            continue
-        timed = []
-        for case_entry in status["timing"]:
-            case = info.shape_cases[case_entry["index"]]
-            key = json.dumps(case.params, sort_keys=True)
-            if key not in modules:
-                modules[key] = exec_problem(info.source_path, case.params)
-            timed.append(_timed_case(case, modules[key], case_entry, case_entry["candidates"][name], ceiling))
-        results.append(dict(status=Status.passed, timing=tuple(timed), ceiling_gbps=ceiling, elapsed_s=elapsed))
+    for name, source in zip(names, sources):
+        mine = run.per[name]
+        acc = mine.accounting
+        foreign = None
+        if acc is not None:
+            foreign = classify(acc.profiled, triton_functions(source), refs.allowed_torch_ops(), acc.torch_epilogue)
+        if mine.wrong is not None:
+            results.append(mine.wrong)
+        elif foreign is not None and foreign.foreign:
+            results.append(dict(status=Status.rejected, failed_stage=Stage.timing, error_class="TorchCompute",
+                                message=foreign.message("the timed call")))
+        elif mine.stop is not None:
+            results.append(_stopped(mine.stop))
+        elif mine.error is not None:
+            results.append(dict(status=Status.crashed, failed_stage=Stage.timing, error_class=mine.error_class,
+                                message=scrub(mine.error)))
+        elif set(mine.stats) != {index for index, _ in run.cases}:
+            results.append(dict(status=Status.crashed, failed_stage=Stage.timing, error_class="ProtocolError",
+                                message="the timing process finished without timing every case"))
+        else:
+            results.append(dict(status=Status.passed, stats=mine.stats))
     return results
 
 
-def _timed_case(case: ShapeCase, module, entry: dict, stats: dict, ceiling: float | None) -> TimedCase:
+def _assemble(info: ProblemInfo, refs: References, stats: dict[int, TimingStats],
+              measured: dict[int, dict[str, Baseline]], sizes: dict[int, tuple[int, int]],
+              baselines: tuple[str, ...], ceiling: float | None) -> dict[str, Any]:
+    timed = []
+    for index, case in timed_cases(info):
+        bl = tuple(measured.get(index, {}).get(name, Baseline(name=name, error="not measured")) for name in baselines)
+        tc = _timed_case(case, refs.module(case.params), sizes.get(index, (0, 0)), stats[index], bl, ceiling)
+        if ceiling and tc.bytes_moved >= IMPLAUSIBLE_MIN_BYTES and tc.achieved_gbps > IMPLAUSIBLE_FACTOR * ceiling:
+            return dict(status=Status.rejected, failed_stage=Stage.timing, error_class="ImplausibleTiming",
+                        message=f"{case.case_id}: timed at {tc.achieved_gbps:.0f} GB/s, {tc.achieved_gbps / ceiling:.1f}x "
+                                f"the device's measured copy bandwidth ({ceiling:.0f} GB/s): the timed call did not "
+                                "do the work")
+        timed.append(tc)
+    return dict(status=Status.passed, timing=tuple(timed), ceiling_gbps=ceiling)
+
+
+def _timed_case(case: ShapeCase, module, sizes: tuple[int, int], cand: TimingStats, baselines: tuple[Baseline, ...],
+                ceiling: float | None) -> TimedCase:
     import torch
 
-    cand = TimingStats(**stats)
-    baselines = tuple(
-        Baseline(name=b["name"], timing=TimingStats(**b["timing"]) if b["timing"] else None, error=b["error"])
-        for b in entry["baselines"]
-    )
     itemsize = torch.empty((), dtype=getattr(torch, case.dtype)).element_size()
     byte_model = getattr(module, "bytes_moved", None)
     flop_model = getattr(module, "flops", None)
-    nbytes = int(byte_model(case.params, itemsize)) if callable(byte_model) else entry["input_bytes"] + entry["output_bytes"]
+    nbytes = int(byte_model(case.params, itemsize)) if callable(byte_model) else sizes[0] + sizes[1]
     flops = int(flop_model(case.params)) if callable(flop_model) else None
     seconds = cand.latency_ms_p50 * 1e-3
     gbps = nbytes / seconds / 1e9
@@ -306,6 +488,100 @@ def _timed_case(case: ShapeCase, module, entry: dict, stats: dict, ceiling: floa
     )
 
 
+# -- remeasure ------------------------------------------------------------------------------------
+
+class _Remeasure:
+    """Two workers, one with the candidates (sandboxed) and one with the baselines (no candidate code),
+    driven round by round from here so that drift hits both alike."""
+
+    def __init__(self, info, dev, seed, refs, names, sources, baselines, rounds, per_round, timeout_s, isolation):
+        self.info, self.dev, self.rounds, self.timeout_s = info, dev, rounds, timeout_s
+        self.run = TimedRun(info, dev, seed, refs, 1, names, sources)
+        self.cand_scratch = Scratch.make(scratch_root())
+        self.base_scratch = Scratch.make(scratch_root())
+        ck, bk = protocol.new_key(), protocol.new_key()
+        timing_req = self.run.request(self.cand_scratch, ck)
+        cand_req = timing_req.model_copy(update=dict(
+            mode="remeasure", samples_per_round=per_round,
+            cases=[c.model_copy(update=dict(trials=[])) for c in timing_req.cases]))
+        base_req = _baseline_request(info, dev, seed, refs, list(baselines), "remeasure")(self.base_scratch, bk)
+        base_req = base_req.model_copy(update=dict(samples_per_round=per_round))
+        self.cand = WorkerProcess(self.cand_scratch, dev, key=ck, isolation=isolation, timeout_s=timeout_s)
+        self.base = WorkerProcess(self.base_scratch, dev, key=bk, isolation="none", timeout_s=timeout_s)
+        self.cand.start(cand_req)
+        self.base.start(base_req)
+        self.prepared: dict[tuple[str, int], protocol.Prepared] = {}
+        self.rounds_seen: dict[tuple[str, int], list[protocol.RoundResult]] = {}
+        self.base_done = False
+        self.started = time.monotonic()
+
+    def _pump(self, which: str, until) -> bool:
+        """Read `which` worker's messages until `until()` holds; False if it died, forged or ran late."""
+        worker = self.cand if which == "cand" else self.base
+        quiet_since = None
+        while not until():
+            if time.monotonic() - self.started > self.timeout_s:
+                return False
+            got = worker.receive(0.05)
+            if got is None:
+                if worker.forged is not None or worker.eof:
+                    return False
+                if not worker.alive():  # exited: whatever it wrote arrives within a moment, or never
+                    quiet_since = quiet_since or time.monotonic()
+                    if time.monotonic() - quiet_since > 0.5:
+                        return False
+                continue
+            message, blob = got
+            if which == "cand":
+                self.run.on_message(message, blob)
+            elif isinstance(message, protocol.Done):
+                self.base_done = True
+            if isinstance(message, protocol.Prepared):
+                self.prepared[(which, message.index)] = message
+            elif isinstance(message, protocol.RoundResult):
+                self.rounds_seen.setdefault((which, message.index), []).append(message)
+            elif isinstance(message, protocol.Stop) and not message.candidate:
+                return False
+        return True
+
+    def drive(self) -> Optional[str]:
+        """Every case, every round; a reason if a worker failed as a whole."""
+        for index, _case in self.run.cases:
+            for which in ("base", "cand"):
+                if not self._pump(which, lambda w=which: (w, index) in self.prepared):
+                    return self._why(which)
+            for r in range(self.rounds):
+                for which in ("base", "cand"):
+                    (self.base if which == "base" else self.cand).send(protocol.RoundCommand(index=index))
+                    if not self._pump(which, lambda w=which, r=r: len(self.rounds_seen.get((w, index), [])) > r):
+                        return self._why(which)
+            self.base.send(protocol.NextCase())
+            self.cand.send(protocol.NextCase())
+        if not self._pump("cand", lambda: self.run.done is not None or self.run.stop is not None):
+            return self._why("cand")
+        self._pump("base", lambda: self.base_done)
+        return None
+
+    def _why(self, which: str) -> str:
+        worker = self.cand if which == "cand" else self.base
+        who = "the candidates' process" if which == "cand" else "the baselines' process"
+        if worker.forged:
+            return f"{who}: a frame failed verification ({worker.forged})"
+        if self.run.stop is not None and which == "cand":
+            return scrub(self.run.stop.message)
+        if time.monotonic() - self.started > self.timeout_s:
+            return f"{who} ran past the {self.timeout_s:g} s limit"
+        code = worker.proc.poll() if worker.proc else None
+        return f"{who} died (exit {code}) without reporting"
+
+    def close(self) -> tuple[WorkerExit, WorkerExit]:
+        try:
+            return self.cand.finish(), self.base.finish()
+        finally:
+            self.cand_scratch.cleanup()
+            self.base_scratch.cleanup()
+
+
 def remeasure(
     sources: dict[str, str],
     problem: ProblemInfo | str,
@@ -316,51 +592,82 @@ def remeasure(
     samples_per_round: int = 30,
     seed: int | None = None,
     baselines: tuple[str, ...] = ("eager",),
+    sandbox: str | None = None,
 ) -> RemeasureResult:
-    """Time every candidate and the baselines in one process, interleaved round by round.
+    """Time every candidate and the baselines interleaved round by round: the candidates in one
+    (sandboxed) process, the baselines in another that never ran a candidate, alternated by the parent.
 
     Eager is always measured (speedups and significance are against it); with "torch_compile" in
     `baselines`, the compiled reference joins the rotation and each case carries its ratio too.
-
-    Callers pass candidates that already passed evaluate(); nothing is re-checked for correctness.
-    A win is `significant` only when every round's ratio is above 1, not the median alone.
+    Each candidate's timed call is re-run on fresh inputs after the rounds and judged: a wrong one gets
+    an error instead of numbers. A win is `significant` only when every round's ratio is above 1.
     """
     started, t0 = _now(), time.monotonic()
     dev = resolve_device(device)
     info = _problem(problem, dev, None)
+    _check_baselines(baselines)
     fp = fingerprint(dev)
     shas = {name: source_sha256(src) for name, src in sources.items()}
     head = dict(problem_id=info.problem_id, problem_name=info.name, device=dev, rounds=rounds,
                 fingerprint=fp, started_at=started)
-    if dev == "cpu":
+    if not _times_here(dev):
         return RemeasureResult(
             **head, candidates=tuple(RemeasuredCandidate(name=n, candidate_sha256=shas[n]) for n in sources),
             note=NOT_MEASURED_CPU, duration_s=time.monotonic() - t0,
         )
-    seed = secrets.randbelow(2**31 - 1024) if seed is None else seed
+    isolation = resolve_sandbox(sandbox, dev)
+    head["isolation"] = isolation
+    seed = secrets.randbelow(2**31 - 10**5) if seed is None else seed
     names = list(sources)
-    with tempfile.TemporaryDirectory(prefix="kscout-remeasure-", dir=scratch_root()) as tmp:
-        scratch = Path(tmp)
-        nonce, _ = _timing_request(info, dev, seed, "remeasure", scratch, [sources[n] for n in names], {
-            "rounds": rounds, "samples_per_round": samples_per_round, "baselines": list(baselines),
-        })
-        exit_ = run_worker(scratch, dev, timeout_s)
-        status = _read_status(scratch, nonce)
-    if exit_.timed_out or status is None or status["status"] != "ok":
-        why = _death(exit_, Stage.timing, timeout_s)["message"] if status is None or exit_.timed_out else status["message"]
+    refs = References(info, dev, seed)
+    keys = [str(i) for i in range(len(names))]
+    wanted = ["eager"] + [b for b in baselines if b != "eager"]
+    rm = _Remeasure(info, dev, seed, refs, keys, [sources[n] for n in names], wanted, rounds, samples_per_round,
+                    timeout_s, isolation)
+    try:
+        failure = rm.drive()
+    finally:
+        cand_exit, _ = rm.close()
+    if failure is not None:
         return RemeasureResult(
-            **head, candidates=tuple(RemeasuredCandidate(name=n, candidate_sha256=shas[n], error=why) for n in sources),
-            stderr_tail=exit_.stderr_tail, duration_s=time.monotonic() - t0,
+            **head, candidates=tuple(RemeasuredCandidate(name=n, candidate_sha256=shas[n], error=failure) for n in sources),
+            stderr_tail=cand_exit.stderr_tail, duration_s=time.monotonic() - t0,
         )
-    errors = {names[int(k)]: v for k, v in status["errors"].items() if k.isdigit()}
-    per_candidate: dict[str, list[RemeasuredCase]] = {name: [] for name in sources}
-    for entry in status["remeasure"]:
-        case = info.shape_cases[entry["index"]]
-        base = entry["p50s_ms"].get("__baseline__", [])
-        compiled = entry["p50s_ms"].get(COMPILED, [])
-        for i, name in enumerate(names):
-            mine = entry["p50s_ms"].get(str(i), [])
-            if name in errors or not mine or len(mine) != len(base):
+    per_candidate: dict[str, list[RemeasuredCase]] = {name: [] for name in names}
+    errors: dict[str, str] = {}
+    compile_error = None
+    for key, name in zip(keys, names):
+        mine = rm.run.per[key]
+        if mine.wrong is not None:
+            errors[name] = mine.wrong["message"]
+        elif mine.stop is not None:
+            errors[name] = scrub(mine.stop.message)
+        elif mine.error is not None:
+            errors[name] = scrub(mine.error)
+    for index, case in rm.run.cases:
+        base_rounds = rm.rounds_seen.get(("base", index), [])
+        cand_rounds = rm.rounds_seen.get(("cand", index), [])
+        base = [r.p50s_ms.get("eager") for r in base_rounds]
+        compiled = [r.p50s_ms.get("torch_compile") for r in base_rounds]
+        prepared = rm.prepared.get(("cand", index))
+        base_prepared = rm.prepared.get(("base", index))
+        if base_prepared is not None and "torch_compile" in base_prepared.errors:
+            compile_error = base_prepared.errors["torch_compile"]
+        if None in base or not base:
+            for name in names:
+                errors.setdefault(name, f"{case.case_id}: the eager baseline could not be timed")
+            continue
+        compiled = compiled if None not in compiled else []
+        for key, name in zip(keys, names):
+            if name in errors:
+                continue
+            if prepared is not None and key in prepared.errors:
+                errors[name] = f"{case.case_id}: {scrub(prepared.errors[key])}"
+                continue
+            mine = [r.p50s_ms.get(key) for r in cand_rounds]
+            if not mine or None in mine or len(mine) != len(base):
+                why = next((r.errors[key] for r in cand_rounds if key in r.errors), "not timed in every round")
+                errors[name] = f"{case.case_id}: {scrub(why)}"
                 continue
             ratios = [b / c for b, c in zip(base, mine)]
             vs_compile = [b / c for b, c in zip(compiled, mine)] if len(compiled) == len(mine) else []
@@ -368,7 +675,7 @@ def remeasure(
                 case_id=case.case_id, params=case.params, dtype=case.dtype,
                 candidate_p50s_ms=tuple(mine), baseline_p50s_ms=tuple(base),
                 speedup=quantile(ratios, 0.5), speedup_min=min(ratios), speedup_max=max(ratios),
-                significant=min(ratios) > 1.0, method=entry["methods"][str(i)],
+                significant=min(ratios) > 1.0, method=prepared.methods.get(key, "cuda_events") if prepared else "",
                 compile_p50s_ms=tuple(compiled) if vs_compile else (),
                 speedup_vs_compile=quantile(vs_compile, 0.5) if vs_compile else None,
                 speedup_vs_compile_min=min(vs_compile) if vs_compile else None,
@@ -377,10 +684,11 @@ def remeasure(
     return RemeasureResult(
         **head,
         candidates=tuple(
-            RemeasuredCandidate(name=n, candidate_sha256=shas[n], cases=tuple(per_candidate[n]), error=errors.get(n))
-            for n in sources
+            RemeasuredCandidate(name=n, candidate_sha256=shas[n], cases=tuple(per_candidate[n]) if n not in errors else (),
+                                error=errors.get(n))
+            for n in names
         ),
-        note=f"torch.compile baseline failed: {status['errors'][COMPILED]}" if COMPILED in status["errors"] else None,
-        duration_s=time.monotonic() - t0,
+        note=f"torch.compile baseline failed: {compile_error}" if compile_error else None,
+        stderr_tail=cand_exit.stderr_tail if errors else "", duration_s=time.monotonic() - t0,
     )
 

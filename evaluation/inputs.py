@@ -1,15 +1,16 @@
 """Trial inputs, made the same way in the parent and in the worker, and memory poisoning.
 
 Inputs never cross the process boundary on the way in: both sides call the problem's get_inputs()
-after `torch.manual_seed(seed)`, cast floating tensors to the case dtype and apply the trial's
-rescale. On a GPU, get_inputs() runs with the GPU as the default device, so its random tensors come
-from the device's (deterministic, counter-based) generator: the CPU generator is serial and took tens
+after `torch.manual_seed(seed)`, apply the trial's rescale (`x * scale + shift`, stated in the
+request) and cast floating tensors to the case dtype. On a GPU, get_inputs() runs with the GPU as
+the default device, so its random tensors come from the device's (deterministic, counter-based) generator: the CPU generator is serial and took tens
 of seconds per LLM-sized case (a 8192 x 128256 logits tensor is a billion draws). Both sides draw on
 the same device kind, so the bits match. Integer and bool inputs (targets, indices, masks) keep their
 dtype and values.
 
 Trial 0 uses get_inputs() as it is; later trials shift and scale floating inputs so that a kernel which
-gets the variance or an offset wrong, or answers "all tiny", fails somewhere.
+gets the variance or an offset wrong, or answers "all tiny", fails somewhere. Stress trials (planned by
+the parent, correctness.py) push magnitudes and offsets as far as PyTorch itself stays right.
 """
 
 from __future__ import annotations
@@ -30,14 +31,29 @@ def transform(trial: int) -> tuple[float, float]:
     return _TRANSFORMS[1 + (trial - 1) % (len(_TRANSFORMS) - 1)]
 
 
-def describe_trial(trial: int) -> str:
-    scale, shift = transform(trial)
-    if trial == 0:
+def describe(scale: float, shift: float, label: str = "") -> str:
+    if scale == 1.0 and shift == 0.0:
         return "get_inputs() as is"
-    return f"floating inputs x*{scale:g}" + (f"+{shift:g} (when signed)" if shift else "")
+    text = f"floating inputs x*{scale:g}" + (f"+{shift:g} (when signed)" if shift else "")
+    return f"{label}: {text}" if label in ("large_logits", "large_offset") else text
 
 
-def make_inputs(module, dtype: str, seed: int, trial: int, device: str) -> list[Any]:
+def describe_trial(trial: int) -> str:
+    return describe(*transform(trial))
+
+
+# Stress trials (issue 10): magnitudes and offsets where naive softmax, logsumexp or one-pass
+# variance break, tried from the top down; the parent keeps the largest at which PyTorch's own
+# implementation, run in the case dtype, still passes the comparison (correctness.plan_stress).
+STRESS_LADDERS = {
+    "large_logits": (1e4, 1e3, 1e2, 10.0),  # x * s: |x| up to ~4e4, near float16's limit of 65504
+    "large_offset": (1e4, 1e3, 1e2, 10.0),  # x + s: exp(x) overflows in every float dtype at 1e4
+}
+
+
+def make_inputs(module, dtype: str, seed: int, trial: int, device: str, *,
+                scale: float | None = None, shift: float | None = None, stress: bool = False) -> list[Any]:
+    """Trial `trial`'s inputs (its rescale from `transform`), or an explicit `scale`/`shift`."""
     import torch
 
     with RNG_LOCK:  # seeding is global: two judging threads of one parent must not interleave their draws
@@ -47,19 +63,29 @@ def make_inputs(module, dtype: str, seed: int, trial: int, device: str) -> list[
         else:
             with torch.device(device):
                 raw = module.get_inputs()
-    scale, shift = transform(trial)
+    if scale is None or shift is None:
+        scale, shift = transform(trial)
     target = getattr(torch, dtype)
     out = []
     for x in raw:
         if isinstance(x, torch.Tensor):
             x = x.detach()
             if x.is_floating_point():
-                if trial:
+                if (scale != 1.0 or shift != 0.0) and not (stress and not _signed(x)):
                     x = _rescaled(x, scale, shift, target)
                 x = x.to(target)
             x = x.to(device)
         out.append(x)
     return out
+
+
+def trial_inputs(module, dtype: str, trial, device: str) -> list[Any]:
+    """The inputs of a `protocol.Trial` (seed, scale, shift, stress): the one recipe of both sides."""
+    return make_inputs(module, dtype, trial.seed, 0, device, scale=trial.scale, shift=trial.shift, stress=trial.stress)
+
+
+def _signed(x) -> bool:
+    return bool((x < 0).any()) and bool((x > 0).any())
 
 
 def _rescaled(x, scale: float, shift: float, target):
@@ -72,7 +98,7 @@ def _rescaled(x, scale: float, shift: float, target):
     rounding either way (x * 0.01 may differ in the last bit: other inputs, the same test)."""
     import torch
 
-    signed = bool((x < 0).any()) and bool((x > 0).any())
+    signed = _signed(x)
     y = x.to(torch.float64 if target == torch.float64 else torch.float32, copy=True)  # never the caller's tensor
     y.mul_(scale)
     if signed and shift:

@@ -124,7 +124,10 @@ class Speedup(Record):
     significant: bool  # the interval excludes 1.0
 
 
-BASELINES = ("eager", "torch_compile")  # what a timing measures a candidate against; eager is always one
+BASELINES = ("eager", "torch_compile")  # what a timing measures a candidate against by default; eager always
+# Every baseline a caller may ask for. max-autotune (without CUDA graphs) compiles for minutes on large
+# shapes: it is timed only where it compiles within a cap, and a timeout is recorded as its error.
+ALL_BASELINES = ("eager", "torch_compile", "torch_compile_max_autotune")
 
 
 class TimedCase(Record):
@@ -175,6 +178,18 @@ class EvalResult(Record):
     fingerprint: Fingerprint
     started_at: str  # ISO-8601 UTC
     duration_s: float
+    # How the candidate's process was isolated: "bwrap" (the OS sandbox) or "none"; None on a record
+    # made before isolation was recorded. The approval gate refuses evidence that was not sandboxed.
+    isolation: Optional[str] = None
+    # PyTorch ops the candidate may run (issue 17 epilogue: a reduction of its own Triton outputs, e.g.
+    # "sum"), and the problem's ALLOWED_TORCH_OPS it used (then the kernel is a hybrid, compared as one).
+    torch_epilogue: tuple[str, ...] = ()
+    hybrid_ops: tuple[str, ...] = ()
+    accounting_note: Optional[str] = None  # e.g. the profiler could not run, so kernels went unlisted
+
+    @property
+    def hybrid(self) -> bool:
+        return bool(self.hybrid_ops)
 
     @property
     def passed(self) -> bool:
@@ -237,6 +252,7 @@ class RemeasureResult(Record):
     fingerprint: Fingerprint
     started_at: str
     duration_s: float
+    isolation: Optional[str] = None  # of the candidates' process, as on EvalResult
 
 
 class Tolerance(Record):

@@ -2,11 +2,18 @@
 
 Each rule has a name and a one-line reason, and every finding names its line. Names are resolved
 through import aliases and simple assignments (`import torch as T; C = T.cuda; C.Stream()`), and
-through literal getattr/importlib/__import__ calls. A candidate that builds names from strings at run
-time gets past this check by design: the worker's run-time checks and the parent-side comparison are
-the guards for that (tests/adversarial shows one).
+through literal getattr/importlib/__import__ calls. Names built from strings at run time are refused
+as such (`DynamicAccess`): a candidate is a kernel and a wrapper, and needs none of them.
 
-Not here on purpose: os.kill, os._exit and sys.exit. Process isolation has to prove itself on those.
+Why this check carries weight: on the CPU the candidate's kernels run in the worker's own process,
+next to the compute watch, the launch counter and the key that MACs the worker's messages. Every
+route the red team used to reach them (NumPy or tolist() math, a helper thread, dispatch modes turned
+off through run-time names, the watch's counter or allow-list, `evaluation.*` internals, a tensor
+subclass, frame walking, ctypes, files) needs code refused here; the OS sandbox and the parent's own
+comparison stand behind it.
+
+Not here on purpose: os.kill (of itself), os._exit and sys.exit. Process isolation has to prove
+itself on those.
 """
 
 from __future__ import annotations
@@ -26,11 +33,30 @@ RULES: dict[str, str] = {
     "FrameIntrospection": "reading interpreter frames or the heap reaches the harness's own objects",
     "DispatchEscape": "turning PyTorch's dispatch modes off hides PyTorch compute from the harness",
     "ProcessSpawn": "starting processes or new sessions escapes the time limit and process-group kill",
+    "DynamicAccess": "names built at run time (getattr/setattr with a computed name, __import__, eval, exec, "
+    "globals(), __dict__, __subclasses__, sys.modules) reach the harness's objects past every other rule",
+    "HostCompute": "NumPy, tolist() or from_numpy math computes outside PyTorch's dispatcher and outside Triton",
+    "FileAccess": "a candidate reads and writes no files: the store, the evaluator, /proc and the results are "
+    "off limits",
+    "ParentSignal": "the parent process is not the candidate's to find or signal",
+    "PhaseDetection": "asking whether a CUDA graph is being captured, a profiler runs or torch.compile traces "
+    "lets a kernel behave differently when it is checked and when it is timed",
+    "GlobalHook": "global module hooks and function modes change how other code (the baselines, the "
+    "reference) runs",
+    "TensorSubclass": "a tensor subclass or __torch_function__/__torch_dispatch__ runs code when its result "
+    "is read, after the compute watch ended",
+    "PrivateAPI": "private torch internals (torch._C, torch._dynamo, ...) reach the dispatcher and the "
+    "harness's own guards",
+    "TorchCompile": "torch.compile hands the work to Inductor: the candidate must write its own Triton",
 }
 
 FORBIDDEN_MODULES = {
     "subprocess", "threading", "multiprocessing", "ctypes", "socket", "signal", "_thread", "concurrent",
-    "asyncio", "gc", "pty", "cffi", "_ctypes",
+    "asyncio", "gc", "pty", "cffi", "_ctypes", "inspect", "traceback", "atexit", "weakref", "code", "codeop",
+    "runpy", "marshal", "pickle", "copyreg", "shelve", "mmap", "io", "_io", "pathlib", "shutil", "tempfile",
+    "fcntl", "resource", "sqlite3", "duckdb", "chromadb", "urllib", "http", "requests", "ssl", "select",
+    "selectors", "sched", "faulthandler", "tracemalloc", "sysconfig", "site", "numpy", "array",
+    "store", "knowledge", "agent",
 }
 PROTECTED_ROOTS = {"torch", "triton", "time", "numpy", "builtins", "evaluation", "sys", "json"}
 STREAM_NAMES = {"Stream", "ExternalStream", "StreamContext", "set_stream", "wait_stream", "record_stream"}
@@ -44,6 +70,37 @@ DISPATCH_NAMES = {
     "_ExcludeDispatchKeyGuard", "_unset_dispatch_mode", "_pop_torch_dispatch_stack",
     "_len_torch_dispatch_stack", "_get_dispatch_stack_at", "TorchDispatchMode", "_DisablePythonDispatcher",
 }
+DYNAMIC_CALLS = {"eval", "exec", "compile", "globals", "locals", "vars", "__import__", "breakpoint", "memoryview"}
+DUNDER_NAMES = {
+    "__builtins__", "__dict__", "__subclasses__", "__bases__", "__base__", "__mro__", "__globals__", "__code__",
+    "__closure__", "__getattribute__", "__reduce__", "__reduce_ex__", "__loader__", "__spec__", "__self__",
+    "__func__", "__wrapped__", "__builtin__", "__kwdefaults__", "__defaults__",
+}
+HOST_NAMES = {"tolist", "numpy", "from_numpy", "frombuffer", "__array__", "__array_interface__", "__array_struct__",
+              "from_dlpack", "to_dlpack", "__dlpack__"}
+FILE_NAMES = {
+    "open", "read", "write", "pipe", "pipe2", "dup", "dup2", "fdopen", "remove", "unlink", "rename", "renames",
+    "replace", "makedirs", "mkdir", "rmdir", "removedirs", "listdir", "scandir", "walk", "truncate", "ftruncate",
+    "chmod", "chown", "lchown", "symlink", "link", "sendfile", "mkfifo", "mknod", "utime", "chdir", "fchdir",
+    "chroot", "readlink", "lseek", "pread", "pwrite", "writev", "readv", "openpty", "memfd_create", "posix_fallocate",
+}
+PARENT_NAMES = {"getppid", "killpg", "getpgid", "getsid", "pidfd_open"}
+PHASE_NAMES = {
+    "is_current_stream_capturing", "_is_current_stream_capturing", "CUDAGraph", "graph", "graphs",
+    "make_graphed_callables", "is_compiling", "is_dynamo_compiling", "profiler", "_profiler_enabled",
+    "_is_profiler_enabled", "kineto_available", "is_available_and_capturing",
+}
+HOOK_NAMES = {
+    "register_module_forward_hook", "register_module_forward_pre_hook", "register_module_full_backward_hook",
+    "register_module_full_backward_pre_hook", "register_module_backward_hook",
+    "register_module_buffer_registration_hook", "register_module_module_registration_hook",
+    "register_module_parameter_registration_hook", "TorchFunctionMode", "overrides", "addaudithook",
+    "register_at_fork", "set_default_device", "set_default_dtype",
+}
+SUBCLASS_NAMES = {"_make_subclass", "_make_wrapper_subclass", "as_subclass", "__torch_function__",
+                  "__torch_dispatch__"}
+TENSOR_CLASSES = {"torch.Tensor", "torch.nn.Parameter", "torch._C.TensorBase", "torch._C._TensorBase",
+                  "torch.nn.parameter.Parameter"}
 SPAWN_NAMES = {
     "system", "popen", "fork", "forkpty", "posix_spawn", "posix_spawnp", "setsid", "setpgid", "setpgrp",
     "execv", "execve", "execl", "execle", "execlp", "execlpe", "execvp", "execvpe", "spawnl", "spawnle",
@@ -193,11 +250,45 @@ class _Checker(ast.NodeVisitor):
         literal = node.args[0].value if node.args and isinstance(node.args[0], ast.Constant) else None
         if callee in ("importlib.import_module", "__import__") and isinstance(literal, str):
             self._module_used(literal, node)
+        elif callee == "importlib.import_module":
+            self.flag("DynamicAccess", node, "importlib.import_module() of a name built at run time")
+        if name in ("getattr", "setattr", "delattr", "hasattr"):
+            attr = node.args[1] if len(node.args) >= 2 else None
+            if isinstance(attr, ast.Constant) and isinstance(attr.value, str):
+                base = self.resolve(node.args[0])
+                self._names(attr.value, f"{base}.{attr.value}" if base else None, node)
+            else:
+                self.flag("DynamicAccess", node, f"{name}() with a name built at run time")
+        if name in DYNAMIC_CALLS:
+            self.flag("DynamicAccess", node, f"call of {name}()")
+        if name == "type" and len(node.args) == 3:
+            self.flag("DynamicAccess", node, "a class built at run time with type(name, bases, dict)")
+        self.generic_visit(node)
+
+    def visit_Name(self, node: ast.Name) -> None:
+        if node.id == "open" and node.id not in self.aliases:
+            self.flag("FileAccess", node, "use of open()")
+        if node.id in DUNDER_NAMES:
+            self.flag("DynamicAccess", node, f"use of {node.id}")
         self.generic_visit(node)
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         self._names(node.attr, self.resolve(node), node)
         self.generic_visit(node)
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        for base in node.bases:
+            path = self.resolve(base)
+            if path in TENSOR_CLASSES:
+                self.flag("TensorSubclass", node, f"class {node.name} derives from {path}")
+        self.generic_visit(node)
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        if node.name in SUBCLASS_NAMES:
+            self.flag("TensorSubclass", node, f"definition of {node.name}")
+        self.generic_visit(node)
+
+    visit_AsyncFunctionDef = visit_FunctionDef
 
     def _names(self, name: str, path: str | None, node: ast.AST) -> None:
         root = path.split(".")[0] if path else None
@@ -209,6 +300,31 @@ class _Checker(ast.NodeVisitor):
             self.flag("DispatchEscape", node, f"use of {path or name}")
         if name in SPAWN_NAMES and root in ("os", "posix", "pty"):
             self.flag("ProcessSpawn", node, f"use of {path}")
+        if name in HOST_NAMES:
+            self.flag("HostCompute", node, f"use of {path or name}")
+        if name in FILE_NAMES and root in ("os", "posix", "io", "_io", "builtins", "torch") and (
+                root != "torch" or name in ("save", "load")):
+            self.flag("FileAccess", node, f"use of {path}")
+        if name in ("save", "load") and root == "torch" and path in ("torch.save", "torch.load"):
+            self.flag("FileAccess", node, f"use of {path}")
+        if name in PARENT_NAMES and root in ("os", "posix"):
+            self.flag("ParentSignal", node, f"use of {path}")
+        if name in PHASE_NAMES and root == "torch":
+            self.flag("PhaseDetection", node, f"use of {path}")
+        if name in HOOK_NAMES and (root in ("torch", "sys") or name.startswith("register_module_")):
+            self.flag("GlobalHook", node, f"use of {path or name}")
+        if name in SUBCLASS_NAMES:
+            self.flag("TensorSubclass", node, f"use of {path or name}")
+        if name in DUNDER_NAMES:
+            self.flag("DynamicAccess", node, f"use of {path or name}")
+        if name == "modules" and root == "sys":
+            self.flag("DynamicAccess", node, "use of sys.modules")
+        if root == "torch" and name.startswith("_") and not name.startswith("__"):
+            self.flag("PrivateAPI", node, f"use of {path}")
+        if root == "torch" and name == "compile":
+            self.flag("TorchCompile", node, f"use of {path}")
+        if root == "builtins" and name in DYNAMIC_CALLS | {"open"}:
+            self.flag("DynamicAccess", node, f"use of {path}")
 
 
 # CPython 3.11's parser is not safe to enter from two threads at once ("SystemError: AST constructor

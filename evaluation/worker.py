@@ -1,35 +1,43 @@
-"""The process a candidate runs in: `python -m evaluation.worker`, started by the harness in a scratch
-directory, with a stripped environment and a wall-clock limit (evaluation/isolation.py).
+"""The process a candidate runs in: `python -m evaluation.worker --in-fd R --out-fd W --limits JSON`.
 
-Modes (from request.json): `correctness` runs every case x trial and writes the outputs for the parent
-to compare; `timing` measures the candidate and the baselines on a GPU; `remeasure` measures several
-candidates interleaved with the eager baseline. Whatever the candidate does to this process (raise,
-exit, kill itself, corrupt memory), the parent learns it from the exit status or from status.json.
-Checks here (launches, PyTorch compute, aliasing, patched harness) are installed before the candidate
-is imported, and inputs are compared with copies taken before each forward; wrong answers are judged
-by the parent, against its own reference.
+Started by the parent (isolation.py), sandboxed where it can be. Before anything else it drops to the
+sandbox's uid (when started as root) and sets its resource limits; then it reads the request from the
+pipe the parent owns, checks the problem text against its sha256 and loads the reference weights,
+all before any candidate code is imported. Everything it reports goes back as MAC'd frames
+(protocol.py); the parent judges every output itself, against its own reference.
+
+Modes:
+- `correctness`: per case, every trial as one eager call on poisoned memory (outputs sent); on a GPU
+  the case is then prepared exactly as for timing (warm-up calls, one CUDA-graph capture) and the
+  captured call runs once more on fresh inputs, whose outputs are sent too.
+- `timing`: the same calls, then the timed samples; the outputs of the first and last timed call and
+  of one more call on fresh inputs are sent for judgement. Several candidates may share the process
+  (siblings of one batch); each is imported as `candidate` from a file named `candidate.py`, as in
+  correctness, so a candidate cannot tell the two apart by its name. No baseline runs here.
+- `baselines`: the reference alone (eager, torch.compile, torch.compile max-autotune): a process no
+  candidate ever ran in, so nothing a candidate patches or hooks can slow or speed a baseline.
+- `remeasure`: prepared runners (candidates, or the baselines when the request names no candidate),
+  sampled one round per command from the parent, which alternates two such workers.
+
+Checks made here (launches seen, no PyTorch compute, no aliasing, inputs unchanged, harness unpatched)
+are installed before the candidate is imported; they share the candidate's process, so they are
+defence in depth behind the static check and the parent's own comparison.
 """
 
 from __future__ import annotations
 
+import argparse
+import hashlib
 import importlib.util
-import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from evaluation import protocol
+from evaluation.guards import Verdict
 
-
-COMPILED = "__torch_compile__"  # the torch.compile baseline's runner in a re-measure
-
-
-class Stop(Exception):
-    """Ends the worker with a verdict other than "ok"."""
-
-    def __init__(self, status: str, stage: str, error_class: str, message: str):
-        super().__init__(message)
-        self.fields = {"status": status, "stage": stage, "error_class": error_class, "message": message}
+COMPILE_MODES = {"torch_compile": None, "torch_compile_max_autotune": "max-autotune-no-cudagraphs"}
 
 
 def one_line(exc: BaseException, limit: int = 600) -> str:
@@ -38,8 +46,30 @@ def one_line(exc: BaseException, limit: int = 600) -> str:
     return f"{type(exc).__name__}: {text}"[:limit]
 
 
-def progress(case: dict, what: str) -> None:
-    print(f"[kscout-worker] {case['case_id']} {what}", file=sys.stderr, flush=True)
+def progress(case_id: str, what: str) -> None:
+    print(f"[kscout-worker] {case_id} {what}", file=sys.stderr, flush=True)
+
+
+def drop_privileges(uid: int) -> None:
+    """From root to the sandbox's own uid (and no capability left): RLIMIT_NPROC binds only then."""
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+
+
+def apply_limits(limits: protocol.Limits) -> None:
+    import resource
+
+    pairs = [(resource.RLIMIT_CPU, limits.cpu_s), (resource.RLIMIT_FSIZE, limits.file_size_bytes),
+             (resource.RLIMIT_CORE, 0)]
+    if limits.address_space_bytes:
+        pairs.append((resource.RLIMIT_AS, limits.address_space_bytes))
+    if limits.nproc:
+        pairs.append((resource.RLIMIT_NPROC, limits.nproc))
+    for which, value in pairs:
+        soft, hard = resource.getrlimit(which)
+        cap = value if hard == resource.RLIM_INFINITY else min(value, hard)
+        resource.setrlimit(which, (cap, cap))
 
 
 def matmul_precision(problem_module) -> None:
@@ -50,7 +80,7 @@ def matmul_precision(problem_module) -> None:
     torch.set_float32_matmul_precision(value if value in ("highest", "high") else "highest")
 
 
-def import_candidate(path: Path, name: str):
+def import_candidate(path: Path, name: str = "candidate"):
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
@@ -69,290 +99,459 @@ def build(model_cls, problem_module, init_seed: int, state: dict, device: str, d
     init = init_inputs(problem_module)
     torch.manual_seed(init_seed)
     model = model_cls(*init)
-    loaded = False
     if isinstance(model, torch.nn.Module):
         own = model.state_dict()
         if own.keys() == state.keys() and all(own[k].shape == state[k].shape for k in own):
             model.load_state_dict(state)
-            loaded = True
         model = model.to(device=device).to(dtype=getattr(torch, dtype_name)).eval()
-    return model, loaded
+    return model
 
 
 class Worker:
-    def __init__(self, scratch: Path):
+    def __init__(self, channel: protocol.WorkerChannel, request: protocol.WorkerRequest, in_dir: Path):
         import torch
 
-        self.scratch = scratch
-        request_path = scratch / protocol.REQUEST
-        self.request = json.loads(request_path.read_text())
-        request_path.unlink()
-        self.nonce = self.request["nonce"]
-        self.device = self.request["device"]
-        self.states: dict[str, dict] = {}
-        for case in self.request["cases"]:
-            name = case["state"]
-            if name not in self.states:
-                self.states[name] = torch.load(scratch / name, weights_only=True)
-                (scratch / name).unlink()
+        self.ch, self.req, self.in_dir = channel, request, in_dir
+        self.device = request.device
+        problem_path = in_dir / request.problem_file
+        text = problem_path.read_text()
+        if hashlib.sha256(text.encode()).hexdigest() != request.problem_sha256:
+            raise Verdict("crashed", "compile", "ProblemMismatch",
+                          "the problem file in the scratch folder does not match the request's sha256")
+        self.problem_text, self.problem_path = text, problem_path
+        self._problems: dict[str, Any] = {}
+        self.states = {}
+        for case in request.cases:
+            if case.state not in self.states:
+                self.states[case.state] = torch.load(in_dir / case.state, weights_only=True)
+        self.counter = None
+        self.snapshot = None
+        self.bench = None
+        self.seen: dict[str, dict[str, Any]] = {}  # candidate -> hybrid ops, epilogue ops, profiled kernels
 
-    def report(self, fields: dict[str, Any]) -> None:
-        protocol.write_json_atomic(self.scratch / protocol.STATUS, {"nonce": self.nonce, **fields})
+    # -- shared pieces --------------------------------------------------------------------------
+    def problem(self, case: protocol.CaseSpec):
+        from evaluation.problem import exec_problem_source
 
-    def problem(self, case: dict):
-        from evaluation.problem import exec_problem
+        key = protocol.params_key(case.params)
+        if key not in self._problems:
+            self._problems[key] = exec_problem_source(self.problem_text, self.problem_path, case.params)
+        return self._problems[key]
 
-        return exec_problem(self.request["problem_path"], case["params"])
+    def inputs(self, pm, case: protocol.CaseSpec, trial: protocol.Trial) -> list[Any]:
+        from evaluation.inputs import trial_inputs
 
-    def check(self, snapshot, stage: str) -> None:
-        changed = snapshot.changed()
-        if changed:
-            raise Stop("rejected", stage, "PatchedHarness", "the candidate replaced " + ", ".join(changed[:6]))
+        return trial_inputs(pm, case.dtype, trial, self.device)
 
-    # -- correctness ----------------------------------------------------------------------------
-    def correctness(self) -> dict[str, Any]:
+    def send_outputs(self, out: Any, case: protocol.CaseSpec, phase: str, trial: int = 0, candidate: str = "") -> None:
+        blob, strides = protocol.package_bytes(out)
+        self.ch.send(protocol.Outputs(index=case.index, candidate=candidate, phase=phase, trial=trial,
+                                      strides=strides), blob)
+
+    def make_bench(self):
+        from evaluation.timing import Bench, HostBench
+
+        spec = self.req.bench.model_dump()
+        return Bench(**spec) if self.device == "cuda" else HostBench(**spec)
+
+    def arm(self) -> None:
+        """The same guards, in the same order, in every mode that imports a candidate."""
         import torch
 
-        from evaluation.guards import ComputeWatch, HarnessSnapshot, LaunchCounter, mutated
-        from evaluation.inputs import make_inputs
+        from evaluation import inputs, problem, timing  # noqa: F401  (imported before the snapshot watches them)
+        from evaluation.guards import ComputeWatch, HarnessSnapshot, LaunchCounter
 
-        counter = LaunchCounter()
-        counter.install()
+        self.counter = LaunchCounter()
+        self.counter.install()
         with ComputeWatch():  # exercise the mode once, so lazy imports it triggers precede the snapshot
             torch.empty(1)
-        snapshot = HarnessSnapshot()
-        try:
-            module = import_candidate(self.scratch / protocol.CANDIDATE, "candidate")
-        except Exception as exc:
-            raise Stop("compile_error", "compile", type(exc).__name__, "importing the candidate: " + one_line(exc))
-        self.check(snapshot, "compile")
-        model_cls = getattr(module, "ModelNew", None)
-        if model_cls is None:
-            raise Stop("compile_error", "compile", "MissingModelNew", "the candidate defines no ModelNew")
-        launches, loaded = 0, {}
-        for case in self.request["cases"]:
-            pm = self.problem(case)
-            try:
-                model, loaded[case["case_id"]] = build(
-                    model_cls, pm, self.request["init_seed"], self.states[case["state"]], self.device, case["dtype"]
-                )
-            except Exception as exc:
-                raise Stop("compile_error", "compile", type(exc).__name__,
-                           f"building ModelNew for {case['case_id']}: {one_line(exc)}")
-            for trial, seed in enumerate(case["seeds"]):
-                where = f"{case['case_id']} trial {trial}"
-                try:
-                    inputs = make_inputs(pm, case["dtype"], seed, trial, self.device)
-                    pristine = [t.clone() if isinstance(t, torch.Tensor) else t for t in inputs]
-                except Exception as exc:  # out of device memory, as a rule: say so, do not just die
-                    raise Stop("crashed", "correctness", type(exc).__name__, f"drawing inputs for {where}: {one_line(exc)}")
-                out = self._checked_call(model, inputs, counter, snapshot, where)
-                changed = mutated(inputs, pristine)
-                if changed:
-                    raise Stop("rejected", "correctness", "MutatedInput", f"forward modified input(s) {changed} on {where}")
-                launches += counter.count
-                protocol.save_atomic(self.scratch / protocol.result_name(case["index"], trial),
-                                     {"nonce": self.nonce, "outputs": protocol.package(out)})
-                del out, inputs, pristine
-            del model
-            if self.device == "cuda":  # eight workers share one GPU: give each case's blocks back
-                torch.cuda.empty_cache()
-        return {"status": "ok", "launches": launches, "kernels": list(counter.kernels.values()), "weights_loaded": loaded}
+        if self.device == "cuda":
+            self.bench = self.make_bench()  # the flush buffer exists in correctness and timing alike
+        self.snapshot = HarnessSnapshot()
 
-    def _checked_call(self, model, inputs: list[Any], counter, snapshot, where: str):
-        """One forward on poisoned memory, watched; a Stop for anything but honest Triton work."""
+    def check_harness(self, stage: str) -> None:
+        changed = self.snapshot.changed()
+        if changed:
+            raise Verdict("rejected", stage, "PatchedHarness", "the candidate replaced " + ", ".join(changed[:6]))
+
+    def note(self, name: str) -> dict[str, Any]:
+        return self.seen.setdefault(name, {"hybrid": set(), "epilogue": set(), "profiled": [], "error": None})
+
+    def accounting(self, name: str, launches: int = 0) -> protocol.Accounting:
+        seen = self.note(name)
+        return protocol.Accounting(
+            candidate=name, launches=launches, torch_epilogue=sorted(seen["epilogue"]),
+            hybrid_ops=sorted(seen["hybrid"]), profiled=seen["profiled"], profiler_error=seen["error"],
+            kernels=[protocol.KernelFact(**k) for k in self.counter.kernels.values()])
+
+    def call(self, model, inputs: list[Any], where: str, stage: str, *, capturing: bool = False, name: str = ""):
+        """One forward, watched; a Verdict for anything but honest Triton work."""
         import torch
 
         from evaluation.guards import ComputeWatch, shares_memory
-        from evaluation.inputs import poison_memory
 
-        poison_memory(self.device, inputs)
-        print(f"[kscout-worker] {where}", file=sys.stderr, flush=True)
-        counter.count = 0
-        watch = ComputeWatch()
+        self.counter.begin()
+        params = list(model.parameters()) + list(model.buffers()) if isinstance(model, torch.nn.Module) else []
+        watch = ComputeWatch(self.req.allowed_torch_ops, self.counter, inputs, params)
         try:
             with torch.no_grad(), watch:
                 out = model(*inputs)
-            if self.device == "cuda":
+            if self.device == "cuda" and not capturing:
                 torch.cuda.synchronize()  # an illegal memory access surfaces here
+        except Verdict:
+            raise
         except Exception as exc:
-            compile_error = counter.is_compile_error(exc)
+            if capturing:
+                raise  # Bench.prepare decides: not capturable is not a failure
+            compile_error = self.counter.is_compile_error(exc)
             if compile_error is not None:
-                raise Stop("compile_error", "compile", type(compile_error).__name__, one_line(compile_error))
-            raise Stop("crashed", "correctness", type(exc).__name__, f"forward raised on {where}: {one_line(exc)}")
-        self.check(snapshot, "correctness")
-        if counter.count == 0:
-            raise Stop("rejected", "correctness", "NoTritonLaunch", f"forward launched no Triton kernel on {where}")
+                raise Verdict("compile_error", "compile", type(compile_error).__name__, one_line(compile_error))
+            raise Verdict("crashed", stage, type(exc).__name__, f"forward raised on {where}: {one_line(exc)}")
+        self.check_harness(stage)
+        if self.counter.count == 0:
+            raise Verdict("rejected", stage, "NoTritonLaunch", f"forward launched no Triton kernel on {where}")
         if watch.flagged:
             ops = ", ".join(f"{op} x{n}" for op, n in watch.flagged.most_common(6))
-            raise Stop("rejected", "correctness", "TorchCompute", f"PyTorch computed in forward on {where}: {ops}")
-        tensors = [t for t in (out if isinstance(out, (tuple, list)) else [out]) if isinstance(t, torch.Tensor)]
+            raise Verdict("rejected", stage, "TorchCompute", f"PyTorch computed in forward on {where}: {ops}")
+        seen = self.note(name)
+        seen["hybrid"] |= watch.hybrid
+        seen["epilogue"] |= watch.epilogue
+        items = out if type(out) in (tuple, list) else [out]
+        if any(isinstance(t, torch.Tensor) and type(t) is not torch.Tensor for t in items):
+            raise Verdict("rejected", stage, "TensorSubclass",
+                          f"forward returned a {type(next(t for t in items if type(t) is not torch.Tensor)).__name__} "
+                          f"on {where}: outputs must be plain torch.Tensor")
+        tensors = [t for t in items if isinstance(t, torch.Tensor)]
         if any(t.device.type != self.device for t in tensors):
-            raise Stop("incorrect", "correctness", "WrongDevice", f"an output is not on {self.device} on {where}")
+            raise Verdict("incorrect", stage, "WrongDevice", f"an output is not on {self.device} on {where}")
         if shares_memory(tensors, inputs):
-            raise Stop("rejected", "correctness", "OutputAliasesInput", f"an output shares memory with an input on {where}")
+            raise Verdict("rejected", stage, "OutputAliasesInput", f"an output shares memory with an input on {where}")
         return out
 
+    def exercise(self, name: str, model, pm, case: protocol.CaseSpec, stage: str, *, timed: bool):
+        """Every call a candidate gets on one case, in correctness and timing alike; returns the stats
+        when `timed`. Outputs of every judged call go to the parent as they are made."""
+        import torch
+
+        from evaluation.guards import mutated
+        from evaluation.inputs import poison_memory
+
+        for t, trial in enumerate(case.trials):
+            where = f"{case.case_id} trial {t}"
+            try:
+                inputs = self.inputs(pm, case, trial)
+                pristine = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+            except Exception as exc:  # out of device memory, as a rule: say so, do not just die
+                raise Verdict("crashed", stage, type(exc).__name__, f"drawing inputs for {where}: {one_line(exc)}")
+            poison_memory(self.device, inputs)
+            progress(case.case_id, f"trial {t}")
+            if t == 0 and self.device == "cuda":  # the kernels of one eager forward, from the profiler
+                out = self.profiled(name, False, lambda xs=inputs: self.call(model, xs, where, stage, name=name))
+            else:
+                out = self.call(model, inputs, where, stage, name=name)
+            changed = mutated(inputs, pristine)
+            if changed:
+                raise Verdict("rejected", stage, "MutatedInput", f"forward modified input(s) {changed} on {where}")
+            self.send_outputs(out, case, "trial", t, name)
+            del out, inputs, pristine
+        if not (self.device == "cuda" or timed) or not case.timing_sets or case.check is None:
+            return None
+        bench = self.bench or self.make_bench()
+        runner = self.prepare(bench, model, case, stage, name)
+        stats = None
+        if timed:
+            progress(case.case_id, f"timing {name}")
+            stats, checks = bench.measure(runner)
+            for phase, (set_index, outputs) in checks.items():
+                self.send_outputs(outputs, case, phase, set_index, name)
+        self.send_check(runner, pm, case, stage, name)
+        del runner
+        return stats
+
+    def prepare(self, bench, model, case: protocol.CaseSpec, stage: str, name: str):
+        """The timed call prepared (warm-up, capture), every call of the candidate watched."""
+        where = f"{case.case_id} timed call"
+
+        def fn(*xs):
+            return self.call(model, list(xs), where, stage, capturing=bench.capturing, name=name)
+
+        pm = self.problem(case)
+        return bench.prepare(fn, [self.inputs(pm, case, s) for s in case.timing_sets])
+
+    def profiled(self, name: str, replay: bool, run):
+        """`run()` under the profiler; its device kernels are kept for the parent to classify."""
+        from evaluation.guards import profile_kernels
+
+        out, kernels, error = profile_kernels(run, replay)
+        seen = self.note(name)
+        seen["profiled"].extend(kernels)
+        seen["error"] = seen["error"] or error
+        return out
+
+    def send_check(self, runner, pm, case: protocol.CaseSpec, stage: str, name: str) -> None:
+        """The prepared call once more, on inputs the candidate's Python never saw; outputs judged."""
+        import torch
+
+        from evaluation.guards import mutated
+
+        fresh = self.inputs(pm, case, case.check)
+        pristine = [x.clone() if isinstance(x, torch.Tensor) else x for x in fresh]
+        if self.device == "cuda":  # the kernels the timed call really runs (a graph replay, as a rule)
+            out = self.profiled(name, runner.graph is not None, lambda: runner.check(fresh))
+        else:
+            out = runner.check(fresh)
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+        changed = mutated(runner.static, pristine)
+        if changed:
+            raise Verdict("rejected", stage, "MutatedInput",
+                          f"the timed call modified input(s) {changed} on {case.case_id}")
+        self.check_harness(stage)
+        self.send_outputs(out, case, "check", 0, name)
+
+    # -- correctness ----------------------------------------------------------------------------
+    def correctness(self) -> None:
+        self.arm()
+        entry = self.req.candidates[0]
+        try:
+            module = import_candidate(self.in_dir / entry.folder / protocol.CANDIDATE)
+        except Exception as exc:
+            raise Verdict("compile_error", "compile", type(exc).__name__, "importing the candidate: " + one_line(exc))
+        self.check_harness("compile")
+        model_cls = getattr(module, "ModelNew", None)
+        if model_cls is None:
+            raise Verdict("compile_error", "compile", "MissingModelNew", "the candidate defines no ModelNew")
+        launches = 0
+        for case in self.req.cases:
+            pm = self.problem(case)
+            matmul_precision(pm)
+            model = self._build(model_cls, pm, case, "correctness")
+            before = self.counter.total
+            self.exercise(entry.name, model, pm, case, "correctness", timed=False)
+            launches += self.counter.total - before
+            del model
+            self._free()
+        self.ch.send(self.accounting(entry.name, launches))
+        self.ch.send(protocol.Done())
+
+    def _build(self, model_cls, pm, case: protocol.CaseSpec, stage: str):
+        try:
+            return build(model_cls, pm, self.req.init_seed, self.states[case.state], self.device, case.dtype)
+        except Verdict:
+            raise
+        except Exception as exc:
+            raise Verdict("compile_error", "compile", type(exc).__name__,
+                          f"building ModelNew for {case.case_id}: {one_line(exc)}")
+
+    def _free(self) -> None:
+        if self.device == "cuda":  # workers share one GPU: give each case's blocks back
+            import torch
+
+            torch.cuda.empty_cache()
+
     # -- timing ---------------------------------------------------------------------------------
-    def _reference(self, pm, case: dict):
+    def _import_all(self) -> tuple[dict[str, Any], dict[str, str], dict[str, str]]:
+        """Every candidate of the request, each imported as `candidate` from its own candidate.py."""
+        modules, errors, classes = {}, {}, {}
+        for entry in self.req.candidates:
+            try:
+                modules[entry.name] = import_candidate(self.in_dir / entry.folder / protocol.CANDIDATE)
+            except Exception as exc:
+                errors[entry.name] = "importing the candidate again: " + one_line(exc)
+                classes[entry.name] = type(exc).__name__
+        self.check_harness("timing")
+        return modules, errors, classes
+
+    def timing(self) -> None:
+        """Each candidate on each case: the correctness calls, then the timed samples, then the check.
+
+        Several candidates share one process only after each passed correctness alone; one that
+        fails here is recorded against its name and the others go on."""
+        self.arm()
+        modules, errors, classes = self._import_all()
+        for case in self.req.cases:
+            pm = self.problem(case)
+            matmul_precision(pm)
+            for name, module in modules.items():
+                if name in errors:
+                    continue
+                sys.modules["candidate"] = module
+                try:
+                    model = self._build(module.ModelNew, pm, case, "timing")
+                    stats = self.exercise(name, model, pm, case, "timing", timed=True)
+                    self.ch.send(protocol.Timed(index=case.index, candidate=name, stats=stats.model_dump()))
+                except Verdict as v:
+                    errors[name], classes[name] = f"{case.case_id}: {v.message}", v.error_class
+                    self.ch.send(protocol.Stop(status=v.status if v.status != "compile_error" else "crashed",
+                                               stage="timing", error_class=v.error_class,
+                                               message=f"{case.case_id}: {v.message}", candidate=name))
+                except Exception as exc:
+                    errors[name], classes[name] = f"timing {case.case_id}: {one_line(exc)}", type(exc).__name__
+                model = None
+                self._free()
+        for name in modules:
+            if name not in errors:
+                self.ch.send(self.accounting(name))
+        self.ch.send(protocol.Done(errors=errors, error_classes=classes))
+
+    # -- baselines ------------------------------------------------------------------------------
+    def _reference(self, pm, case: protocol.CaseSpec):
         import torch
 
         from evaluation.problem import init_inputs
 
-        torch.manual_seed(self.request["init_seed"])
+        torch.manual_seed(self.req.init_seed)
         init = init_inputs(pm)
-        torch.manual_seed(self.request["init_seed"])
+        torch.manual_seed(self.req.init_seed)
         ref = pm.Model(*init)
-        ref.load_state_dict(self.states[case["state"]])
-        return ref.to(device=self.device).to(dtype=getattr(torch, case["dtype"])).eval()
+        ref.load_state_dict(self.states[case.state])
+        return ref.to(device=self.device).to(dtype=getattr(torch, case.dtype)).eval()
 
-    def _input_sets(self, pm, case: dict) -> list[list[Any]]:
-        from evaluation.inputs import make_inputs
-
-        return [make_inputs(pm, case["dtype"], seed, 0, self.device) for seed in case["seeds"]]
-
-    def _timed_case_setup(self, case: dict, what: str) -> tuple[Any, list[list[Any]]]:
-        """The problem bound to the case, its fp32 matmul precision set, and the rotated input sets:
-        the same for a timing and a re-measure, so the two can never time a case differently."""
-        pm = self.problem(case)
-        progress(case, what)
-        matmul_precision(pm)
-        return pm, self._input_sets(pm, case)
-
-    def _import_candidates(self, snapshot) -> tuple[dict[str, Any], dict[str, str]]:
-        """Every candidate file of the request, imported under its own module name; errors per name."""
-        modules, errors = {}, {}
-        for entry in self.request["candidates"]:
-            try:
-                modules[entry["name"]] = import_candidate(self.scratch / entry["file"], f"candidate_{entry['index']}")
-            except Exception as exc:
-                errors[entry["name"]] = "importing the candidate again: " + one_line(exc)
-        self.check(snapshot, "timing")
-        return modules, errors
-
-    def timing(self) -> dict[str, Any]:
-        """Each candidate, then each requested baseline, on the same input sets, case by case.
-
-        Several candidates share one process (and one baseline measurement per case) only after each
-        passed correctness alone; a candidate that raises here is recorded against its name and the
-        others go on. The parent re-times candidates one per process if this process dies.
-        """
+    def _baseline_fn(self, name: str, ref):
         import torch
 
-        from evaluation.guards import HarnessSnapshot
-        from evaluation.timing import Bench
+        if name == "eager":
+            return ref
+        return torch.compile(ref, dynamic=False, mode=COMPILE_MODES[name])
 
-        import torch._dynamo  # noqa: F401  (torch.compile's import rebinds torch.manual_seed: before the snapshot)
+    def baselines(self) -> None:
+        import torch
 
-        snapshot = HarnessSnapshot()
-        modules, errors = self._import_candidates(snapshot)
-        classes = {name: "ImportError" for name in errors}
-        bench = Bench(**self.request.get("bench", {}))
-        wanted = self.request.get("baselines", ["eager", "torch_compile"])
-        cases = []
-        for case in self.request["cases"]:
-            pm, sets = self._timed_case_setup(case, "timing")
-            measured: dict[str, Any] = {}
+        bench = self.make_bench()
+        for case in self.req.cases:
+            pm = self.problem(case)
+            matmul_precision(pm)
+            progress(case.case_id, "baselines")
+            sets = [self.inputs(pm, case, s) for s in case.timing_sets]
             with torch.no_grad():
-                for name, module in modules.items():
-                    if name in errors:
-                        continue
-                    try:
-                        model, _ = build(module.ModelNew, pm, self.request["init_seed"], self.states[case["state"]],
-                                         self.device, case["dtype"])
-                        measured[name] = bench.measure(model, sets).model_dump()
-                    except Exception as exc:
-                        errors[name] = f"timing {case['case_id']}: {one_line(exc)}"
-                        classes[name] = type(exc).__name__
-                    self.check(snapshot, "timing")  # before the baselines: compiling them may rebind torch
-                    model = None
                 ref = self._reference(pm, case)
                 outs = ref(*sets[0])  # the byte count comes from the reference, not from a candidate
                 outs = outs if isinstance(outs, (tuple, list)) else [outs]
-                baselines = [self._baseline(b, bench, ref, sets, compile_it=b == "torch_compile") for b in wanted]
-            cases.append({
-                "index": case["index"],
-                "candidates": measured,
-                "baselines": baselines,
-                "input_bytes": sum(t.nbytes for t in sets[0] if isinstance(t, torch.Tensor)),
-                "output_bytes": sum(t.nbytes for t in outs if isinstance(t, torch.Tensor)),
-            })
+                sizes = dict(input_bytes=sum(t.nbytes for t in sets[0] if isinstance(t, torch.Tensor)),
+                             output_bytes=sum(t.nbytes for t in outs if isinstance(t, torch.Tensor)))
+                for name in self.req.baselines:
+                    try:
+                        stats, _ = bench.measure(bench.prepare(self._baseline_fn(name, ref), sets))
+                        self.ch.send(protocol.Timed(index=case.index, candidate=name, stats=stats.model_dump(), **sizes))
+                    except Exception as exc:  # a baseline that cannot run is recorded, not fatal
+                        self.ch.send(protocol.Timed(index=case.index, candidate=name, error=one_line(exc), **sizes))
             del sets, ref, outs
-            torch.cuda.empty_cache()
-        return {"status": "ok", "timing": cases, "errors": errors, "error_classes": classes}
-
-    @staticmethod
-    def _baseline(name: str, bench, ref, sets, *, compile_it: bool = False) -> dict[str, Any]:
-        import torch
-
-        try:
-            fn = torch.compile(ref, dynamic=False) if compile_it else ref
-            return {"name": name, "timing": bench.measure(fn, sets).model_dump(), "error": None}
-        except Exception as exc:  # a baseline that cannot run is recorded, not fatal
-            return {"name": name, "timing": None, "error": one_line(exc)}
+            self._free()
+        self.ch.send(protocol.Done())
 
     # -- remeasure ------------------------------------------------------------------------------
-    def remeasure(self) -> dict[str, Any]:
+    def remeasure(self) -> None:
+        """Prepare every runner of a case, then sample them one round per command from the parent."""
         import torch
 
-        from evaluation.guards import HarnessSnapshot
-        from evaluation.timing import Bench, quantile
+        from evaluation.timing import quantile
 
-        import torch._dynamo  # noqa: F401  (see timing())
-
-        snapshot = HarnessSnapshot()
-        modules, errors = self._import_candidates(snapshot)
-        bench = Bench(**self.request.get("bench", {}))
-        rounds, per_round = self.request["rounds"], self.request["samples_per_round"]
-        cases = []
-        for case in self.request["cases"]:
-            pm, sets = self._timed_case_setup(case, "remeasure")
+        if self.req.candidates:
+            self.arm()
+            modules, errors, _ = self._import_all()
+        else:
+            modules, errors = {}, {}
+        bench = self.bench or self.make_bench()
+        for case in self.req.cases:
+            pm = self.problem(case)
+            matmul_precision(pm)
+            progress(case.case_id, "remeasure")
+            runners: dict[str, Any] = {}
+            case_errors: dict[str, str] = {}
             with torch.no_grad():
-                ref = self._reference(pm, case)
-                runners = {"__baseline__": bench.prepare(ref, sets)}
+                if not self.req.candidates:
+                    sets = [self.inputs(pm, case, s) for s in case.timing_sets]
+                    ref = self._reference(pm, case)
+                    for name in self.req.baselines:
+                        try:
+                            runners[name] = bench.prepare(self._baseline_fn(name, ref), sets)
+                        except Exception as exc:
+                            case_errors[name] = one_line(exc)
                 for name, module in modules.items():
                     if name in errors:
                         continue
+                    sys.modules["candidate"] = module
                     try:
-                        model, _ = build(module.ModelNew, pm, self.request["init_seed"], self.states[case["state"]], self.device, case["dtype"])
-                        runners[name] = bench.prepare(model, sets)
+                        model = self._build(module.ModelNew, pm, case, "timing")
+                        runners[name] = self.prepare(bench, model, case, "timing", name)
+                    except Verdict as v:
+                        case_errors[name] = v.message
                     except Exception as exc:
-                        errors[name] = f"{case['case_id']}: {one_line(exc)}"
-                self.check(snapshot, "timing")
-                if "torch_compile" in self.request.get("baselines", ()):
-                    try:
-                        runners[COMPILED] = bench.prepare(torch.compile(ref, dynamic=False), sets)
-                    except Exception as exc:  # recorded, not fatal: the eager comparison still stands
-                        errors[COMPILED] = f"{case['case_id']}: {one_line(exc)}"
-                p50s: dict[str, list[float]] = {name: [] for name in runners}
-                for _ in range(rounds):  # B A C B A C ...: drift hits every provider alike
+                        case_errors[name] = one_line(exc)
+                self.ch.send(protocol.Prepared(index=case.index, methods={n: r.method for n, r in runners.items()},
+                                               errors=case_errors))
+                while True:
+                    command = self.ch.read_command()
+                    if command is None or isinstance(command, protocol.NextCase):
+                        break
+                    if command.index != case.index:
+                        raise Verdict("crashed", "timing", "ProtocolError",
+                                      f"a round for case {command.index} arrived during case {case.index}")
+                    p50s, round_errors = {}, {}
                     for name, runner in runners.items():
-                        if name in errors:
+                        if name in case_errors:
                             continue
                         try:
-                            samples = bench.sample(runner, per_round)
+                            samples, _ = bench.sample(runner, self.req.samples_per_round)
+                            p50s[name] = quantile(samples, 0.5)
                         except Exception as exc:
-                            errors[name] = f"{case['case_id']}: {one_line(exc)}"
-                            continue
-                        p50s[name].append(quantile(samples, 0.5))
-            self.check(snapshot, "timing")
-            cases.append({"index": case["index"], "p50s_ms": p50s,
-                          "methods": {name: r.method for name, r in runners.items()}})
-            del runners, sets
-            torch.cuda.empty_cache()
-        return {"status": "ok", "remeasure": cases, "errors": errors}
+                            case_errors[name] = round_errors[name] = one_line(exc)
+                    self.ch.send(protocol.RoundResult(index=case.index, p50s_ms=p50s, errors=round_errors))
+                if self.req.candidates:
+                    self._check_remeasured(pm, case, runners, case_errors)
+            del runners
+            self._free()
+        self.ch.send(protocol.Done(errors=errors))
+
+    def _check_remeasured(self, pm, case, runners, case_errors) -> None:
+        """After the rounds: each candidate's prepared call once more on fresh inputs, judged."""
+        for name, runner in runners.items():
+            if name in case_errors or case.check is None:
+                continue
+            try:
+                self.send_check(runner, pm, case, "timing", name)
+            except Verdict as v:
+                self.ch.send(protocol.Stop(status="rejected" if v.status == "rejected" else "crashed", stage="timing",
+                                           error_class=v.error_class, message=v.message, candidate=name))
+            except Exception as exc:
+                self.ch.send(protocol.Stop(status="crashed", stage="timing", error_class=type(exc).__name__,
+                                           message=one_line(exc), candidate=name))
 
     def run(self) -> None:
-        mode = self.request["mode"]
+        mode = self.req.mode
         try:
-            result = {"correctness": self.correctness, "timing": self.timing, "remeasure": self.remeasure}[mode]()
-        except Stop as stop:
-            result = stop.fields
-        self.report(result)
+            {"correctness": self.correctness, "timing": self.timing, "baselines": self.baselines,
+             "remeasure": self.remeasure}[mode]()
+        except Verdict as v:
+            self.ch.send(protocol.Stop(status=v.status, stage=v.stage, error_class=v.error_class, message=v.message))
+        except Exception as exc:  # out of device memory drawing a timed case's inputs, as a rule: said by name,
+            # so an executor can tell a full GPU from a candidate's fault and check it again alone
+            self.ch.send(protocol.Stop(status="crashed", stage="correctness" if mode == "correctness" else "timing",
+                                       error_class=type(exc).__name__, message=one_line(exc)))
 
 
-def main() -> None:
-    Worker(Path.cwd()).run()
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m evaluation.worker")
+    parser.add_argument("--in-fd", type=int, required=True)
+    parser.add_argument("--out-fd", type=int, required=True)
+    parser.add_argument("--in-dir", required=True)
+    parser.add_argument("--limits", required=True)
+    parser.add_argument("--uid", type=int)
+    args = parser.parse_args(argv)
+    if args.uid is not None:
+        drop_privileges(args.uid)
+    apply_limits(protocol.Limits.model_validate_json(args.limits))
+    os.umask(0o077)
+    channel = protocol.WorkerChannel(args.in_fd, args.out_fd)
+    request = channel.read_request()
+    if request.mode != "remeasure":
+        os.close(args.in_fd)  # nothing more comes from the parent; nothing for the candidate to read
+    try:
+        worker = Worker(channel, request, Path(args.in_dir))
+    except Verdict as v:
+        channel.send(protocol.Stop(status=v.status, stage=v.stage, error_class=v.error_class, message=v.message))
+        return
+    worker.run()
 
 
 if __name__ == "__main__":

@@ -93,3 +93,75 @@ def test_rows_a_kernel_never_writes_read_as_nan_not_zero(small_layernorm):
     result = evaluate((CHEATS / "cheat_partial_write.py").read_text(), small_layernorm, device="cuda", trials=1,
                       time_it=False)
     assert result.status is Status.incorrect and result.error_class == "NonFinite"
+
+
+# -- the red team's GPU tricks (issue 10): with the static check off, the run-time barriers must hold --
+
+from evaluation import harness  # noqa: E402
+from evaluation.records import Stage  # noqa: E402
+from evaluation.static_check import StaticReport  # noqa: E402
+
+
+@pytest.fixture
+def unchecked(monkeypatch):
+    monkeypatch.setattr(harness, "check_source", lambda source, module=None: StaticReport(None, True, ()))
+
+
+def _cheat(stem: str) -> str:
+    return (CHEATS / f"{stem}.py").read_text()
+
+
+def test_doing_nothing_while_a_graph_is_captured_is_incorrect(small_layernorm, unchecked):
+    result = evaluate(_cheat("cheat_idle_during_graph_capture"), small_layernorm, device="cuda", trials=1)
+    assert (result.status, result.failed_stage) == (Status.incorrect, Stage.correctness), result.message
+    assert "graph-captured" in result.message
+
+
+@pytest.mark.parametrize("stem", ["cheat_honest_first_calls", "cheat_computes_outside_timed_call"])
+def test_a_kernel_that_stops_working_when_timed_is_incorrect(small_layernorm, stem):
+    result = evaluate(_cheat(stem), small_layernorm, device="cuda", trials=1, baselines=("eager",))
+    assert result.status is Status.incorrect and result.failed_stage in (Stage.correctness, Stage.timing), \
+        result.message
+    assert result.timing == ()
+
+
+def test_a_patched_bench_sample_is_rejected_before_anything_is_timed(small_layernorm, unchecked):
+    result = evaluate(_cheat("cheat_patches_bench_sample"), small_layernorm, device="cuda", trials=1)
+    assert (result.status, result.error_class) == (Status.rejected, "PatchedHarness"), result.message
+
+
+def test_a_global_hook_cannot_slow_the_eager_baseline(small_layernorm, unchecked):
+    honest = evaluate(SEED, small_layernorm, device="cuda", trials=1, baselines=("eager",))
+    hooked = evaluate(_cheat("cheat_slows_eager_baseline"), small_layernorm, device="cuda", trials=1,
+                      baselines=("eager",))
+    assert honest.passed and hooked.passed, hooked.message
+    for h, c in zip(honest.timing, hooked.timing):
+        eager_h, eager_c = h.baselines[0].timing.latency_ms_p50, c.baselines[0].timing.latency_ms_p50
+        assert eager_c < 1.5 * eager_h  # the 200 ms sleep never reached the baselines' process
+        assert c.speedups[0].ratio < 50
+
+
+def test_the_profiler_sees_pytorch_work_the_dispatch_watch_was_blinded_to(small_layernorm, unchecked):
+    result = evaluate(_cheat("cheat_dispatch_runtime_names"), small_layernorm, device="cuda", trials=1,
+                      time_it=False)
+    assert (result.status, result.error_class) == (Status.rejected, "TorchCompute"), result.message
+    assert "profiler" in result.message
+
+
+def test_an_honest_seed_runs_only_its_own_triton_kernels_and_a_hybrid_is_labelled():
+    seed = evaluate(SEED, load_problem("layernorm", "cuda", {"M": 256}), device="cuda", trials=1, time_it=False)
+    assert seed.passed and seed.hybrid_ops == () and seed.torch_epilogue == ()
+    fixtures = Path(__file__).parent / "eval_fixtures"
+    hybrid = evaluate((fixtures / "conv_relu_hybrid.py").read_text(),
+                      load_problem(str(fixtures / "conv_relu.py"), "cuda"), device="cuda", trials=1, time_it=False)
+    assert hybrid.passed and hybrid.hybrid_ops == ("convolution",), hybrid.message
+
+
+def test_max_autotune_is_a_baseline_with_a_time_cap(small_layernorm, monkeypatch):
+    monkeypatch.setattr(harness, "MAX_AUTOTUNE_CAP_S", 1.0)  # far too short to compile: recorded, not fatal
+    result = evaluate(SEED, small_layernorm, device="cuda", trials=1,
+                      baselines=("eager", "torch_compile_max_autotune"))
+    assert result.passed, result.message
+    for t in result.timing:
+        autotune = [b for b in t.baselines if b.name == "torch_compile_max_autotune"][0]
+        assert autotune.timing is None and "did not finish within 1 s" in autotune.error

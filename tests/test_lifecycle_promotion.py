@@ -279,3 +279,26 @@ def test_promote_requires_a_named_approver(store, problem):
     c = gpu_candidate(store, problem, variant(1))
     with pytest.raises(Exception, match="--approved-by must name a person"):
         promote(store, c.candidate_id, approved_by="  ")
+
+
+def test_refuses_evidence_gathered_without_the_sandbox_unless_the_approver_accepts_it(store, problem):
+    unsandboxed = result(problem, variant(1), gpu_fp(), isolation="none")
+    legacy = result(problem, variant(1), gpu_fp(), shapes=(), timed=timing(problem, 1.4, 1.3, 1.5), isolation=None)
+    c = gpu_candidate(store, problem, variant(1), correctness=unsandboxed, remeasure=legacy)
+    missing = refusal(store, c.candidate_id)
+    assert [m.split(" evaluation ")[0] for m in missing] == ["isolation: the correctness", "isolation: the re-measure"]
+    assert "(isolation: none)" in missing[0] and "(isolation: not recorded)" in missing[1]
+    assert all(m.endswith("promote with --allow-unsandboxed to accept it explicitly") for m in missing)
+    _approved, deployed = promote(store, c.candidate_id, approved_by="alice", note="lab box", allow_unsandboxed=True)
+    assert deployed.note == "lab box [unsandboxed evidence accepted by alice]"
+
+
+def test_promote_cli_takes_the_explicit_unsandboxed_override(tmp_path, problem, capsys):
+    with Store.open(tmp_path / "store") as s:
+        c = gpu_candidate(s, problem, variant(1), correctness=result(problem, variant(1), gpu_fp(), isolation="none"))
+    args = ["promote", c.candidate_id, "--approved-by", "alice", "--store", str(tmp_path / "store"), "--json"]
+    with pytest.raises(SystemExit):
+        main(args)
+    assert "ran without an OS sandbox" in capsys.readouterr().err
+    main(args + ["--allow-unsandboxed"])
+    assert json.loads(capsys.readouterr().out)["deployed"]["note"] == "[unsandboxed evidence accepted by alice]"

@@ -147,6 +147,7 @@ def result(
     timed=(),
     note: Optional[str] = None,
     error_class: Optional[str] = None,
+    isolation: Optional[str] = "bwrap",
 ) -> EvalResult:
     return EvalResult(
         status=status,
@@ -163,6 +164,7 @@ def result(
         fingerprint=fp,
         started_at=utc_now(),
         duration_s=1.5,
+        isolation=isolation,
     )
 
 

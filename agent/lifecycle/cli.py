@@ -58,6 +58,9 @@ def promote_cmd(
     device: Optional[str] = typer.Option(
         None, "--device", help="device arch, when the candidate was evaluated on several"
     ),
+    allow_unsandboxed: bool = typer.Option(
+        False, "--allow-unsandboxed", help="accept evidence gathered without the OS sandbox (recorded in the note)"
+    ),
     store_dir: Optional[Path] = StoreOpt,
     as_json: bool = JsonOpt,
 ) -> None:
@@ -65,7 +68,9 @@ def promote_cmd(
     from agent.lifecycle.registry import promote
 
     with _open(store_dir) as store:
-        approved, deployed = promote(store, candidate, approved_by=approved_by, note=note, arch=device)
+        approved, deployed = promote(
+            store, candidate, approved_by=approved_by, note=note, arch=device, allow_unsandboxed=allow_unsandboxed
+        )
     if as_json:
         _print_json(
             {"approved": approved.model_dump(mode="json"), "deployed": deployed.model_dump(mode="json")}

@@ -141,16 +141,32 @@ def _environment_gaps(chosen, timed) -> list[str]:
     return gaps
 
 
+def _isolation_gaps(chosen, timed) -> list[str]:
+    """(5) candidate code ran in the evaluator's OS sandbox for both halves of the evidence."""
+    gaps = []
+    for what, picked in (("correctness", chosen), ("re-measure", timed)):
+        if picked is not None and picked[1].isolation != "bwrap":
+            gaps.append(
+                f"isolation: the {what} evaluation {picked[0][:12]} ran without an OS sandbox "
+                f"(isolation: {picked[1].isolation or 'not recorded'}); re-run it sandboxed, or promote with "
+                "--allow-unsandboxed to accept it explicitly"
+            )
+    return gaps
+
+
 def check_promotion(
     candidate: CandidateRecord,
     run: RunRecord,
     problem: ProblemInfo,
     evaluations: Sequence[tuple[str, EvalResult]],
     remeasures: Sequence[tuple[str, EvalResult]],
+    *,
+    allow_unsandboxed: bool = False,
 ) -> PromotionEvidence:
     """The approval gate. `evaluations` may be of any kind; `remeasures` are the interleaved re-measures.
 
-    Both lists are oldest first. Raises `PromotionRefused` with every missing item.
+    Both lists are oldest first. Raises `PromotionRefused` with every missing item. Evidence gathered
+    without the OS sandbox is refused unless the approver accepts it (`allow_unsandboxed`).
     """
     arch, op = run.arch, op_key(run)
     missing: list[str] = []
@@ -171,6 +187,8 @@ def check_promotion(
     if not ranges:
         missing.append("assumptions: no proven shape range (no passed shape case with size constants)")
     missing += _environment_gaps(chosen, timed)
+    if not allow_unsandboxed:
+        missing += _isolation_gaps(chosen, timed)
 
     if missing or chosen is None:
         raise PromotionRefused(candidate.candidate_id, op, arch, missing)
@@ -236,7 +254,9 @@ def _candidate_run(store, candidate_ref: str, arch: Optional[str]) -> tuple[Cand
     return store.get_candidate(first.candidate_id, run_id=run.run_id), run
 
 
-def evidence_for(store, candidate_ref: str, arch: Optional[str] = None) -> PromotionEvidence:
+def evidence_for(
+    store, candidate_ref: str, arch: Optional[str] = None, *, allow_unsandboxed: bool = False
+) -> PromotionEvidence:
     """Run the gate for a stored candidate without writing anything."""
     candidate, run = _candidate_run(store, candidate_ref, arch)
     problem = current_problem(store, run.problem_id, run.problem_name, run.device)
@@ -245,4 +265,4 @@ def evidence_for(store, candidate_ref: str, arch: Optional[str] = None) -> Promo
     counted = {e for kind in CORRECTNESS_KINDS for e, *_x in store.evaluations(candidate_id=cid, kind=kind)}
     rows = [(e, r) for e, _run, _c, r in store.evaluations(candidate_id=cid) if e in counted]  # oldest first
     remeasures = [(e, r) for e, r in rows if e in remeasure_ids]
-    return check_promotion(candidate, run, problem, rows, remeasures)
+    return check_promotion(candidate, run, problem, rows, remeasures, allow_unsandboxed=allow_unsandboxed)

@@ -120,16 +120,27 @@ def _require_name(name: str, flag: str) -> str:
 
 
 def promote(
-    store, candidate_ref: str, *, approved_by: str, note: str = "", arch: Optional[str] = None
+    store,
+    candidate_ref: str,
+    *,
+    approved_by: str,
+    note: str = "",
+    arch: Optional[str] = None,
+    allow_unsandboxed: bool = False,
 ) -> tuple[PromotionEvent, PromotionEvent]:
     """Record `approved` then `deployed` for a candidate whose evidence is complete.
+
+    `allow_unsandboxed`: the approver accepts evidence gathered without the OS sandbox; the events'
+    note says so.
 
     The store lock is held throughout, so a concurrent promotion or rollback cannot slip between
     reading what is live (the previous known-good) and appending the two events.
     """
     approver = _require_name(approved_by, "--approved-by")
     with store.session():
-        evidence = evidence_for(store, candidate_ref, arch)
+        evidence = evidence_for(store, candidate_ref, arch, allow_unsandboxed=allow_unsandboxed)
+        if allow_unsandboxed:
+            note = (note + " " if note else "") + f"[unsandboxed evidence accepted by {approver}]"
         key = (evidence.op, evidence.arch)
         entry = fold_history(store.promotion_history(op_family=key[0], arch=key[1])).get(key)
         good = [c for c in entry.known_good if c != evidence.candidate_id] if entry else []

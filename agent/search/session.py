@@ -68,6 +68,7 @@ class SessionConfig(_Frozen):
     remeasure_rounds: int = 5
     time_cases: tuple[str, ...] = ()  # case ids timed instead of the problem's declared "timed" cases
     dtypes: tuple[str, ...] = ()  # the declared dtypes this search proves and times (empty: all of them)
+    sandbox: Optional[Literal["auto", "required", "off"]] = None  # the evaluator's OS sandbox (None: $KSCOUT_SANDBOX or auto)
 
     def load_problem(self, device_kind: str) -> ProblemInfo:
         import evaluation
@@ -93,6 +94,15 @@ class SessionConfig(_Frozen):
     def policy(self) -> PolicyConfig:
         restart_after = 8 if self.stall is None else max(2, min(8, self.stall // 2))
         return PolicyConfig(allow_repair=self.proposer == "llm", restart_after=restart_after)
+
+
+def _sandboxed(name: str, sandbox: Optional[str]):
+    """evaluation.<name> with the session's --sandbox, imported on first use."""
+    def call(*args, **kwargs):
+        import evaluation
+
+        return getattr(evaluation, name)(*args, sandbox=sandbox, **kwargs)
+    return call
 
 
 class SessionEvent(_Frozen):
@@ -140,7 +150,9 @@ class Session:
         self.load()
         self.cost_usd = sum(c.cost_usd or 0.0 for c in store.llm_calls(run.run_id))
         self.proposer = proposer or make_proposer(config, run.run_id, store, self.cost_usd)
-        self.executor = executor or LocalExecutor(config.workers, timeout_s=config.timeout_s, trials=config.trials)
+        self.executor = executor or LocalExecutor(
+            config.workers, timeout_s=config.timeout_s, trials=config.trials,
+            evaluate=_sandboxed("evaluate", config.sandbox), time_many=_sandboxed("time_many", config.sandbox))
         self._own_executor = executor is None
         self.policy = config.policy()
         self.empty_steps = 0
@@ -371,7 +383,7 @@ class Session:
 
         rm = evaluation.remeasure({cid: self.candidates[cid].source for cid in cids}, self.problem,
                                   device=self.fp.device_kind, rounds=self.config.remeasure_rounds,
-                                  baselines=BASELINES)
+                                  baselines=BASELINES, sandbox=self.config.sandbox)
         out = {}
         for rc in rm.candidates:
             cid = rc.name

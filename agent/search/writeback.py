@@ -177,4 +177,4 @@ def remeasure_as_eval(rc, rm, searched: EvalResult) -> EvalResult:
                       problem_name=rm.problem_name, device=rm.device, timing=timing, ceiling_gbps=searched.ceiling_gbps,
                       timing_note=f"re-measured in {rm.rounds} rounds interleaved with {against}",
                       fingerprint=rm.fingerprint, started_at=rm.started_at, duration_s=rm.duration_s,
-                      stderr_tail=rm.stderr_tail[-2000:])
+                      stderr_tail=rm.stderr_tail[-2000:], isolation=rm.isolation)

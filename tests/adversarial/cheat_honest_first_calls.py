@@ -1,0 +1,47 @@
+"""Honest for its first 3 calls (the correctness calls of a case: one random and two stress trials),
+then it only launches a token kernel and hands back its last answer. Correctness passes; the timed
+calls' outputs, judged by the parent, are wrong: incorrect at stage timing."""
+import torch
+import triton
+import triton.language as tl
+from torch import nn
+
+
+@triton.jit
+def _ln(X, W, B, Y, N, eps, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    mask = cols < N
+    x = tl.load(X + row * N + cols, mask=mask, other=0.0).to(tl.float32)
+    mean = tl.sum(x, axis=0) / N
+    diff = tl.where(mask, x - mean, 0.0)
+    rstd = 1.0 / tl.sqrt(tl.sum(diff * diff, axis=0) / N + eps)
+    w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(B + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(Y + row * N + cols, (diff * rstd * w + b).to(Y.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _touch(X, Y):
+    tl.store(Y, tl.load(X))
+
+
+class ModelNew(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(n))
+        self.bias = nn.Parameter(torch.zeros(n))
+        self.calls = 0
+        self.last = None
+
+    def forward(self, x):
+        self.calls += 1
+        if self.calls > 3 and self.last is not None:
+            scratch = torch.empty(1, dtype=x.dtype, device=x.device)
+            _touch[(1,)](x, scratch)
+            return self.last.clone()
+        n = x.shape[-1]
+        y = torch.empty_like(x)
+        _ln[(x.numel() // n,)](x, self.weight, self.bias, y, n, 1e-5, BLOCK_N=triton.next_power_of_2(n))
+        self.last = y.clone()
+        return y

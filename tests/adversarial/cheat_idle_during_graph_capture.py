@@ -1,0 +1,45 @@
+"""Does nothing while a CUDA graph is being captured (the timed call is a replay of that capture) and
+hands back an answer it computed eagerly. Asking about the capture is refused statically; on a GPU
+past that check, correctness itself replays the captured call on fresh inputs and it is wrong."""
+import torch
+import triton
+import triton.language as tl
+from torch import nn
+
+
+@triton.jit
+def _ln(X, W, B, Y, N, eps, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    mask = cols < N
+    x = tl.load(X + row * N + cols, mask=mask, other=0.0).to(tl.float32)
+    mean = tl.sum(x, axis=0) / N
+    diff = tl.where(mask, x - mean, 0.0)
+    rstd = 1.0 / tl.sqrt(tl.sum(diff * diff, axis=0) / N + eps)
+    w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(B + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(Y + row * N + cols, (diff * rstd * w + b).to(Y.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _touch(X, Y):
+    tl.store(Y, tl.load(X))
+
+
+class ModelNew(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(n))
+        self.bias = nn.Parameter(torch.zeros(n))
+        self.last = None
+
+    def forward(self, x):
+        n = x.shape[-1]
+        if torch.cuda.is_current_stream_capturing() and self.last is not None:
+            scratch = torch.empty(1, dtype=x.dtype, device=x.device)
+            _touch[(1,)](x, scratch)
+            return self.last
+        y = torch.empty_like(x)
+        _ln[(x.numel() // n,)](x, self.weight, self.bias, y, n, 1e-5, BLOCK_N=triton.next_power_of_2(n))
+        self.last = y.clone()
+        return y

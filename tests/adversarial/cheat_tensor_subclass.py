@@ -1,0 +1,46 @@
+"""Returns a tensor subclass whose copy (made when the worker packages the output, after the compute
+watch has ended) runs PyTorch's layer norm. Refused as TensorSubclass, statically and at run time."""
+import torch
+import triton
+import triton.language as tl
+from torch import nn
+
+
+@triton.jit
+def _ln(X, W, B, Y, N, eps, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    mask = cols < N
+    x = tl.load(X + row * N + cols, mask=mask, other=0.0).to(tl.float32)
+    mean = tl.sum(x, axis=0) / N
+    diff = tl.where(mask, x - mean, 0.0)
+    rstd = 1.0 / tl.sqrt(tl.sum(diff * diff, axis=0) / N + eps)
+    w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(B + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(Y + row * N + cols, (diff * rstd * w + b).to(Y.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _touch(X, Y):
+    tl.store(Y, tl.load(X))
+
+
+class _Late(torch.Tensor):
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if func.__name__ in ("clone", "cpu", "detach"):
+            base = args[0].as_subclass(torch.Tensor)
+            return torch.nn.functional.layer_norm(base, (base.shape[-1],), None, None, 1e-5)
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+class ModelNew(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(n))
+        self.bias = nn.Parameter(torch.zeros(n))
+
+    def forward(self, x):
+        scratch = torch.empty(1, dtype=x.dtype, device=x.device)
+        _touch[(1,)](x, scratch)
+        return x.clone().as_subclass(_Late)
