@@ -65,11 +65,12 @@ def deployed_cmd(
     as_json: bool = JsonOpt,
 ) -> None:
     """What is live per (op, device arch), since when, approved by whom, and how fresh its evidence is."""
-    import evaluation
     from agent.lifecycle.registry import deployed_entries
     from agent.lifecycle.revalidate import freshness
+    from agent.search.executors import make_executor
 
-    current = evaluation.fingerprint()
+    with make_executor() as ex:  # this machine's environment, as revalidate would run here
+        current = ex.environment()
     with _open(store_dir) as store:
         rows = []
         for e in deployed_entries(store, device):

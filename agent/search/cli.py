@@ -113,6 +113,14 @@ def _finish(store, run_id: str, as_json: bool) -> None:
         render_summary(Console(), summary)
 
 
+ExecutorOpt = typer.Option("local", "--executor", help="where candidates run: local | ray (pip install "
+                                                       "'kernelscout[ray]')")
+RayAddressOpt = typer.Option(None, "--ray-address", help="Ray cluster to use (default $RAY_ADDRESS, else a local "
+                                                          "cluster started for this command)")
+RayResourceOpt = typer.Option(None, "--ray-resource", help="custom Ray resource every task requests, e.g. H200: "
+                                                            "routes the search to nodes that declare it")
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def optimize(
@@ -136,6 +144,9 @@ def register(app: typer.Typer) -> None:
             None, "--time-case", help="time only this case id, e.g. 'M=4096,N=4096|bfloat16' (repeatable)"),
         dtype: Optional[List[str]] = typer.Option(
             None, "--dtype", help="prove and time only this declared dtype, e.g. bfloat16 (repeatable; default all)"),
+        executor: str = ExecutorOpt,
+        ray_address: Optional[str] = RayAddressOpt,
+        ray_resource: Optional[str] = RayResourceOpt,
         store: Optional[Path] = typer.Option(None, help="store folder (default $KSCOUT_HOME)"),
         as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
     ):
@@ -147,25 +158,29 @@ def register(app: typer.Typer) -> None:
         config = SessionConfig(problem=problem, device=device, proposer=proposer, model=model, api_base=api_base,
                                budget=budget, minutes=minutes, target_speedup=target_speedup, stall=stall,
                                seed=seed, max_cost_usd=max_cost, batch=batch, workers=workers, compile_every=compile_every,
-                               trials=trials, time_cases=tuple(time_case or ()), dtypes=tuple(dtype or ())).check()
+                               trials=trials, time_cases=tuple(time_case or ()), dtypes=tuple(dtype or ()),
+                               executor=executor, ray_resource=ray_resource).check()
         err = Console(stderr=True)
         with _open_store(store) as st, _ProgressView(err) as view:
-            run_id = start(config, st, on_event=view)
+            run_id = start(config, st, on_event=view, ray_address=ray_address)
         with _open_store(store) as st:
             _finish(st, run_id, as_json)
 
     @app.command()
     def resume(
         run: str = typer.Argument(..., help="run id (or a unique prefix)"),
+        executor: Optional[str] = typer.Option(None, "--executor",
+                                               help="local | ray (default: the executor the run started with)"),
+        ray_address: Optional[str] = RayAddressOpt,
         store: Optional[Path] = typer.Option(None, help="store folder (default $KSCOUT_HOME)"),
         as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
     ):
-        """Continue a run that crashed or was killed, without re-evaluating finished candidates."""
+        """Continue a run that crashed, was killed or interrupted, without re-evaluating finished candidates."""
         from agent.search.session import resume as resume_run
 
         err = Console(stderr=True)
         with _open_store(store) as st, _ProgressView(err) as view:
-            run_id = resume_run(run, st, on_event=view)
+            run_id = resume_run(run, st, on_event=view, executor_name=executor, ray_address=ray_address)
         with _open_store(store) as st:
             _finish(st, run_id, as_json)
 
