@@ -2,7 +2,8 @@
 
 Ray tasks import it by name on the nodes (the tests put tests/ on the nodes' PYTHONPATH). It runs no
 candidate code: each call sleeps a little and says in the result's message where and when it ran, so
-a test can check placement and overlap on a fake GPU. A source starting with "bad" fails its check.
+a test can check placement and overlap on a fake GPU. A source starting with "bad" fails its check;
+one starting with "sleepN:" takes N seconds.
 Where $KSCOUT_STAND_IN_DIR is set, a check writes a file there when it starts (a test waits for one
 to kill the node running it).
 """
@@ -53,7 +54,8 @@ def evaluate(source, problem, *, device, timeout_s, trials, time_it=True):
 
         with open(os.path.join(marks, f"{uuid.uuid4().hex}.json"), "w") as f:
             json.dump({"source": source, "node": ray.get_runtime_context().get_node_id(), "pid": os.getpid()}, f)
-    time.sleep(CHECK_S)
+    pause = float(source.split(":")[0][len("sleep"):]) if source.startswith("sleep") else CHECK_S
+    time.sleep(pause)  # "sleep4:name" takes 4 s: long enough to kill its node meanwhile
     bad = source.startswith("bad")
     return EvalResult(status=Status.incorrect if bad else Status.passed, candidate_sha256=source_sha256(source),
                       problem_id=problem.problem_id, problem_name=problem.name, device=device,

@@ -15,6 +15,9 @@ from pathlib import Path
 
 import pytest
 
+# Before Ray is imported (it reads this once): "127.0.0.1:PORT" stays loopback instead of becoming the
+# machine's own address, so every Ray process of the tests talks over 127.0.0.1 only.
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 ray = pytest.importorskip("ray")
 
 import evaluation  # noqa: E402
@@ -33,7 +36,9 @@ def ray_process_env() -> dict[str, str]:
     """What every Ray process started by a test inherits: no traffic off loopback, and tests/ importable
     (the stand-in evaluator) beside the repository."""
     path = os.pathsep.join(p for p in (str(ROOT), str(TESTS), os.environ.get("PYTHONPATH")) if p)
-    return {**OFFLINE_ENV, "PYTHONPATH": path}
+    # Ray turns "127.0.0.1:PORT" into the machine's own address before connecting unless told this is
+    # a one-machine cluster (the variable's name says Windows/OSX; on Linux it means just that).
+    return {**OFFLINE_ENV, "PYTHONPATH": path, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 
 
 @pytest.fixture(scope="module")
