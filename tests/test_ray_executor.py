@@ -163,3 +163,18 @@ def test_a_resource_no_node_offers_is_refused_at_once(local_ray):
         RayExecutor("cpu", resource="device:MI300X")
     with pytest.raises(ExecutorError, match="unknown device 'tpu'"):
         RayExecutor("tpu")
+
+
+@pytest.mark.slow
+def test_optimize_many_runs_its_searches_at_once_on_one_ray_executor(local_ray, kscout_home, monkeypatch):
+    from agent.search.many import plan, run_many
+
+    monkeypatch.setenv("KSCOUT_VECTORS", "off")
+    configs = plan(["softmax", "layernorm"], dict(device="cpu", budget=1, trials=1, executor="ray"))
+    with Store.open(kscout_home) as st:
+        result = run_many(configs, st)
+        runs = [st.get_run(o.run_id) for o in result.outcomes]
+    assert [o.state for o in result.outcomes] == ["finished", "finished"]
+    assert [(r.problem_name, r.stop_reason) for r in runs] == [("softmax", "evaluation_budget"),
+                                                                ("layernorm", "evaluation_budget")]
+    assert ray.is_initialized()  # the module's connection was borrowed, not closed

@@ -205,6 +205,8 @@ def register(app: typer.Typer) -> None:
                           r.status.value, r.stop_reason or "-", r.started_at[:16].replace("T", " "))
         Console().print(table)
 
+    _register_many(app)
+
     @app.command()
     def show(
         run: str = typer.Argument(..., help="run id (or a unique prefix)"),
@@ -214,3 +216,115 @@ def register(app: typer.Typer) -> None:
         """The search tree of a run, its best candidate and why it stopped."""
         with _open_store(store) as st:
             _finish(st, run, as_json)
+
+
+# -- optimize-many: one search per problem at once, one progress view, one table -------------------------
+class _ManyView:
+    """One bar per search (terminal) or one plain line per event, prefixed with the problem."""
+
+    def __init__(self, console: Console, problems: list[str]):
+        self.console, self.problems = console, problems
+        self._progress = None
+        self._tasks: dict[int, object] = {}
+
+    def __enter__(self):
+        if self.console.is_terminal:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                      TimeElapsedColumn(), console=self.console, transient=True)
+            self._progress.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self._progress is not None:
+            self._progress.__exit__(*exc)
+
+    def __call__(self, i: int, e: SessionEvent) -> None:
+        name = self.problems[i]
+        best = f"{e.best_speedup:.3g}x" if e.best_speedup is not None else "not measured"
+        if self._progress is None:
+            self.console.print(f"[{name} {e.kind} {e.evaluations}/{e.budget}] {e.message} | best {best}",
+                               markup=False, highlight=False, soft_wrap=True)
+            return
+        if i not in self._tasks:
+            self._tasks[i] = self._progress.add_task("", total=e.budget)
+        self._progress.update(self._tasks[i], completed=e.evaluations, description=f"{name}: best {best}")
+        if e.kind in ("proposal_error", "remeasured", "finished"):
+            self._progress.console.print(f"{name}: {e.message}", markup=False, highlight=False)
+
+
+def _many_table(rows: list[tuple[object, Optional[RunSummary]]]) -> Table:
+    table = Table(title="optimize-many")
+    for col in ("problem", "run", "state", "stop reason", "evals", "best", "vs eager [low, high]"):
+        table.add_column(col, no_wrap=col in ("run", "best"))
+    for outcome, s in rows:
+        if s is None:
+            table.add_row(outcome.problem, "-", outcome.state, outcome.reason or "-", "-", "-", "-")
+            continue
+        b = s.best
+        speed = (f"{b.speedup:.3g}x [{b.speedup_low:.3g}, {b.speedup_high:.3g}]" if b.speedup is not None
+                 else "not timed" if not s.timed else "-")
+        table.add_row(outcome.problem, s.run_id, outcome.state, outcome.reason or s.stop_reason or s.status,
+                      f"{s.evaluations}/{s.stop_rule.max_evaluations}", (b.candidate_id or "none")[:12], speed)
+    return table
+
+
+def _register_many(app: typer.Typer) -> None:
+    @app.command("optimize-many")
+    def optimize_many(
+        problems: Optional[List[str]] = typer.Argument(None, help="built-in problem names or KernelBench-style files"),
+        manifest: Optional[Path] = typer.Option(None, "--manifest", help="TOML file with a shared table, a defaults "
+                                                                        "table and one search table per search"),
+        concurrency: Optional[int] = typer.Option(None, help="searches at once (default: all with ray, 2 local)"),
+        minutes: Optional[float] = typer.Option(None, help="time budget shared by all searches (wall clock)"),
+        max_cost: Optional[float] = typer.Option(None, help="LLM spend ceiling in USD shared by all searches"),
+        device: str = typer.Option("auto", help="auto | cpu | cuda"),
+        proposer: str = typer.Option("template", help="template (offline) | llm"),
+        model: Optional[str] = typer.Option(None, help="litellm model string, e.g. openai/NAME"),
+        api_base: Optional[str] = typer.Option(None, help="OpenAI-compatible server URL (vLLM)"),
+        budget: int = typer.Option(20, help="evaluations per search"),
+        target_speedup: Optional[float] = typer.Option(None, help="stop a search at this measured speedup"),
+        stall: Optional[int] = typer.Option(30, help="stop a search after this many evaluations without improvement"),
+        seed: int = typer.Option(0, help="random seed of the proposer"),
+        batch: int = typer.Option(1, help="candidates per step of each search"),
+        workers: int = typer.Option(1, help="checks in parallel per device"),
+        trials: int = typer.Option(2, help="correctness trials per shape"),
+        dtype: Optional[List[str]] = typer.Option(None, "--dtype", help="prove and time only this dtype (repeatable)"),
+        executor: str = ExecutorOpt,
+        ray_address: Optional[str] = RayAddressOpt,
+        ray_resource: Optional[str] = RayResourceOpt,
+        store: Optional[Path] = typer.Option(None, help="store folder (default $KSCOUT_HOME)"),
+        as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+    ):
+        """One search per problem, all at once on the executor, under a shared time and cost budget."""
+        from agent.search.many import Shared, load_manifest, plan, run_many
+        from agent.search.session import Interrupted, SessionError, summarize
+
+        if proposer not in ("template", "llm"):
+            raise SessionError(f"--proposer must be template or llm (got {proposer!r})")
+        loaded = load_manifest(manifest) if manifest else None
+        base = dict(device=device, proposer=proposer, model=model, api_base=api_base, budget=budget,
+                    target_speedup=target_speedup, stall=stall, seed=seed, batch=batch, workers=workers,
+                    trials=trials, dtypes=tuple(dtype or ()), executor=executor, ray_resource=ray_resource)
+        configs = plan(list(problems or ()), base, loaded)
+        given = dict(minutes=minutes, max_cost_usd=max_cost, concurrency=concurrency)
+        shared = Shared(**{**(loaded.shared.model_dump() if loaded else {}),
+                           **{k: v for k, v in given.items() if v is not None}})
+        names = [c.problem for c in configs]
+        with _open_store(store) as st, _ManyView(Console(stderr=True), names) as view:
+            result = run_many(configs, st, shared=shared, ray_address=ray_address, on_event=view)
+        with _open_store(store) as st:
+            rows = [(o, summarize(st, o.run_id) if o.run_id else None) for o in result.outcomes]
+        if as_json:
+            sys.stdout.write(json.dumps({
+                "searches": [dict(o.model_dump(mode="json"), summary=s.model_dump(mode="json") if s else None)
+                             for o, s in rows],
+                "elapsed_s": result.elapsed_s, "cost_usd": result.cost_usd}) + "\n")
+        else:
+            out = Console()
+            (out if out.is_terminal else Console(width=160)).print(_many_table(rows))  # a log keeps whole cells
+        if result.interrupted_runs:
+            raise Interrupted(*result.interrupted_runs)
+        if any(o.state == "failed" for o in result.outcomes):
+            raise typer.Exit(1)
