@@ -143,3 +143,15 @@ def test_ctrl_c_interrupts_every_running_search_and_each_resumes(tmp_path):
     a, b = result.interrupted_runs
     assert str(Interrupted(a, b)).endswith(f"continue with `kscout resume {a}; kscout resume {b}`")
     assert Interrupted(a).exit_code == 3
+
+
+def test_an_executor_that_cannot_start_fails_only_the_searches_that_need_it(tmp_path):
+    cpu = SessionConfig(problem="softmax", **BASE)
+    gpu = SessionConfig(problem="layernorm", device="cuda", budget=1, trials=1)  # no GPU on this machine
+    ex = LocalExecutor("cpu", 1, trials=1)
+    with Store.open(tmp_path / "home") as st:
+        result = run_many([gpu, cpu], st, executors={executor_key(cpu): ex})
+    ex.close()
+    assert [(o.problem, o.state, o.run_id is None) for o in result.outcomes] == [
+        ("layernorm", "failed", True), ("softmax", "finished", False)]
+    assert result.outcomes[0].reason.startswith("DeviceError: --device cuda asked for")

@@ -18,7 +18,6 @@ under a file lock, so sessions in threads of one process write it one at a time.
 
 from __future__ import annotations
 
-import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
@@ -28,6 +27,7 @@ from pydantic import ValidationError
 
 from agent import Frozen
 from agent.search.executors import Executor
+from evaluation.errors import KscoutError
 from agent.search.session import (
     Interrupted, SessionConfig, SessionError, SessionEvent, SharedSpend, start,
 )
@@ -142,18 +142,12 @@ def run_many(configs: list[SessionConfig], store, *, shared: Shared = Shared(), 
     concurrency = shared.concurrency or (len(configs) if all(c.executor == "ray" for c in configs)
                                          else min(len(configs), LOCAL_CONCURRENCY))
     _load_knowledge_once(store)
-    lock = threading.Lock()
-
-    def executor_for(config: SessionConfig) -> Executor:
-        key = executor_key(config)
-        with lock:
-            if key not in given and key not in made:
-                made[key] = config.make_executor(ray_address)
-            return given.get(key) or made[key]
+    failed: dict[tuple, str] = {}
+    executors: dict[tuple, Executor] = dict(given)
+    outcomes: dict[int, SearchOutcome] = {}
 
     def cancelled() -> bool:
-        with lock:
-            return any(getattr(ex, "cancelled", False) for ex in (*given.values(), *made.values()))
+        return any(getattr(ex, "cancelled", False) for ex in executors.values())
 
     def one(i: int, config: SessionConfig) -> SearchOutcome:
         run_ids: list[str] = []
@@ -172,12 +166,14 @@ def run_many(configs: list[SessionConfig], store, *, shared: Shared = Shared(), 
             why = "the shared cost ceiling was reached before it started"
         if why:
             return SearchOutcome(problem=config.problem, state="not_started", reason=why)
+        if executor_key(config) in failed:
+            return SearchOutcome(problem=config.problem, state="failed", reason=failed[executor_key(config)])
         left = None if deadline is None else (deadline - time.monotonic()) / 60.0
         run_config = config if shared.max_cost_usd is None else config.model_copy(
             update={"max_cost_usd": shared.max_cost_usd})
         try:
-            ex = executor_for(config)
-            run_id = start(run_config, store, executor=ex, on_event=relay, shared_spend=spend, max_minutes=left)
+            run_id = start(run_config, store, executor=executors[executor_key(config)], on_event=relay,
+                           shared_spend=spend, max_minutes=left)
         except Interrupted as exc:
             return SearchOutcome(problem=config.problem, run_id=exc.run_id, state="interrupted")
         except Exception as exc:
@@ -185,22 +181,33 @@ def run_many(configs: list[SessionConfig], store, *, shared: Shared = Shared(), 
                                  reason=f"{type(exc).__name__}: {exc}")
         return SearchOutcome(problem=config.problem, run_id=run_id, state="finished")
 
-    pool = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="kscout-search")
-    futures: dict[Future, int] = {pool.submit(one, i, c): i for i, c in enumerate(configs)}
-    outcomes: dict[int, SearchOutcome] = {}
+    pool = None
     try:
+        # Every executor is made before any search starts: starting Ray briefly points this process's
+        # HTTP proxies at a closed port, which must not catch a search's LLM call in flight.
+        for config in configs:
+            key = executor_key(config)
+            if key in executors or key in failed:
+                continue
+            try:
+                made[key] = executors[key] = config.make_executor(ray_address)
+            except KscoutError as exc:  # the searches needing it fail; the others still run
+                failed[key] = f"{type(exc).__name__}: {exc}"
+        pool = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="kscout-search")
+        futures: dict[Future, int] = {pool.submit(one, i, c): i for i, c in enumerate(configs)}
         pending = set(futures)
         while pending:
             try:
                 done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
             except KeyboardInterrupt:
-                for ex in (*given.values(), *made.values()):
+                for ex in executors.values():
                     ex.cancel()
                 continue  # each running search now records itself interrupted and returns
             for f in done:
                 outcomes[futures[f]] = f.result()
     finally:
-        pool.shutdown(wait=True)
+        if pool is not None:
+            pool.shutdown(wait=True)
         for ex in reversed(list(made.values())):  # the executor that started Ray closes last
             ex.close()
     return ManyResult(outcomes=tuple(outcomes[i] for i in range(len(configs))), elapsed_s=time.monotonic() - t0,
