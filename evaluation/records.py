@@ -195,14 +195,53 @@ class EvalResult(Record):
     def passed(self) -> bool:
         return self.status is Status.passed
 
-    def speedup(self, baseline: str = "eager") -> Optional[float]:
-        """Geometric mean over timed cases of the speedup against `baseline`, or None if unmeasured."""
+    def measured_speedup(self, baseline: str = "eager") -> Optional["MeasuredSpeedup"]:
+        """The one definition of an evaluation's speedup over `baseline` (search, store, gate, report).
+
+        Geometric means over the timed cases of the ratio and of each interval end. None -- not measured,
+        never a number -- when the candidate did not pass, nothing was timed (the CPU), any timed case
+        lacks this baseline (a mean over a subset would rank candidates on different cases), or a ratio
+        is not a positive finite number.
+        """
         import math
 
-        ratios = [s.ratio for t in self.timing for s in t.speedups if s.baseline == baseline]
-        if not ratios:
+        per_case = []
+        for t in self.timing:
+            s = next((s for s in t.speedups if s.baseline == baseline), None)
+            if s is None:
+                return None
+            per_case.append((s.ratio, s.ratio_low, s.ratio_high))
+        if not self.passed or not per_case:
             return None
-        return math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+        if any(not (math.isfinite(v) and v > 0) for triple in per_case for v in triple):
+            return None
+
+        def geomean(values: list[float]) -> float:
+            return math.exp(sum(math.log(v) for v in values) / len(values))
+
+        return MeasuredSpeedup(baseline=baseline, ratio=geomean([c[0] for c in per_case]),
+                               ratio_low=geomean([c[1] for c in per_case]),
+                               ratio_high=geomean([c[2] for c in per_case]), n_cases=len(per_case))
+
+    def speedup(self, baseline: str = "eager") -> Optional[float]:
+        """The ratio of `measured_speedup` alone."""
+        m = self.measured_speedup(baseline)
+        return m.ratio if m else None
+
+
+class MeasuredSpeedup(Record):
+    """An evaluation's speedup over one baseline: geometric means over its timed cases."""
+
+    baseline: str
+    ratio: float
+    ratio_low: float  # geometric mean of the per-case (baseline p20 / candidate p80)
+    ratio_high: float  # geometric mean of the per-case (baseline p80 / candidate p20)
+    n_cases: int
+
+    @property
+    def significant(self) -> bool:
+        """The interval excludes 1.0: a win (low > 1) or a loss (high < 1), not noise."""
+        return self.ratio_low > 1.0 or self.ratio_high < 1.0
 
 
 class RemeasuredCase(Record):

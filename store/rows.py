@@ -130,19 +130,13 @@ def candidate_from_row(row: dict[str, Any]) -> CandidateRecord:
     return from_row(CandidateRecord, row)
 
 
-def _geomean(values: list[float]) -> Optional[float]:
-    if not values or any(not (v > 0) for v in values):
-        return None
-    return math.exp(sum(math.log(v) for v in values) / len(values))
-
-
 def evaluation_rows(
     eval_id: str, run_id: str, candidate_id: str, kind: str, result: EvalResult, recorded_at: str
 ) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
     """The evaluation row (summary columns + the full JSON) and its per-shape and per-case rows.
 
-    The summary speedups are geometric means over timed cases, as `EvalResult.speedup()` computes
-    them; the interval ends are the geometric means of the per-case ends.
+    The summary speedups are `EvalResult.measured_speedup()` (geometric means over timed cases of the
+    ratio and of each interval end), so the store, the search and the gate read one number.
     """
     shapes = [
         {
@@ -191,10 +185,11 @@ def evaluation_rows(
     abs_errors = [s.max_abs_error for s in result.shape_results if s.max_abs_error is not None]
     rel_errors = [s.max_rel_error for s in result.shape_results if s.max_rel_error is not None]
     summary: dict[str, Any] = {}
-    for col in ("eager", "compile"):
-        for end in ("", "_low", "_high"):
-            key = f"speedup_vs_{col}{end}"
-            summary[key] = _geomean([r[key] for r in timings if r[key] is not None])
+    for col, name in (("eager", "eager"), ("compile", "torch_compile")):
+        m = result.measured_speedup(name)  # the one definition; None where not measured
+        summary[f"speedup_vs_{col}"] = m.ratio if m else None
+        summary[f"speedup_vs_{col}_low"] = m.ratio_low if m else None
+        summary[f"speedup_vs_{col}_high"] = m.ratio_high if m else None
     evaluation = {
         "eval_id": eval_id,
         "run_id": run_id,

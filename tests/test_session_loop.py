@@ -274,7 +274,8 @@ def test_time_case_is_stored_with_the_run_and_resume_times_the_same_case(home, c
             start(SessionConfig(problem="layernorm", device="cpu", budget=2, trials=1, time_cases=(case,)), st,
                   on_event=stop_after_first)
         run_id = st.list_runs(limit=1)[0].run_id
-        assert st.get_run(run_id).status is RunStatus.running
+        crashed = st.get_run(run_id)  # an error inside the session is written before it propagates
+        assert (crashed.status, crashed.stop_reason) == (RunStatus.failed, "error: _Interrupt")
         resume(run_id, st)  # would refuse if it loaded the problem with the declared timed cases
         run = st.get_run(run_id)
     assert run.problem_id == picked.problem_id and run.status is RunStatus.finished
@@ -313,15 +314,22 @@ class RecordingExecutor:
     def __init__(self):
         from agent.search.executors import LocalExecutor
 
-        self.inner = LocalExecutor(2, trials=1)
+        self.inner = LocalExecutor("cpu", 2, trials=1)
+        self.name, self.device = "recording", self.inner.device
         self.batches: list[tuple[int, tuple[str, ...]]] = []
 
-    def submit(self, source, problem, device):
-        return self.inner.submit(source, problem, device)
+    def environment(self):
+        return self.inner.environment()
 
-    def evaluate_batch(self, sources, problem, device, *, baselines):
+    def evaluate_batch(self, sources, problem, *, baselines):
         self.batches.append((len(sources), tuple(baselines)))
-        return self.inner.evaluate_batch(sources, problem, device, baselines=baselines)
+        return self.inner.evaluate_batch(sources, problem, baselines=baselines)
+
+    def remeasure(self, sources, problem, *, rounds, baselines):
+        return self.inner.remeasure(sources, problem, rounds=rounds, baselines=baselines)
+
+    def cancel(self):
+        self.inner.cancel()
 
     def close(self):
         self.inner.close()
@@ -339,3 +347,38 @@ def test_torch_compile_is_timed_with_the_seed_and_only_on_request_with_later_bat
     later = ("eager", "torch_compile") if compile_every else ("eager",)
     assert ex.batches == [(1, ("eager", "torch_compile")), (2, later)]
     assert passed == [True, True, True]
+
+
+@pytest.mark.slow
+def test_ctrl_c_records_the_run_interrupted_exits_3_and_resume_finishes_it(home):
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    proc = subprocess.Popen(
+        [KSCOUT, "optimize", "layernorm", "--device", "cpu", "--budget", "3", "--trials", "1", "--store", str(home)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )
+    try:
+        lines = _read_until(proc, "[evaluated 1/3]", timeout_s=240)
+        proc.send_signal(signal.SIGINT)  # while the second candidate's worker runs
+        t0 = time.monotonic()
+        _, rest = proc.communicate(timeout=60)
+        stopped_s = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    run_id = next(line for line in lines if line.startswith("[started")).split("run ", 1)[1].split(":")[0]
+
+    assert proc.returncode == 3, rest
+    assert f"kscout resume {run_id}" in rest
+    assert stopped_s < 30  # the running worker was killed, not waited out
+    with Store.open(home) as st:
+        run = st.get_run(run_id)
+        done_before = [cid for cid, _ in search_evals(st, run_id)]
+        assert (run.status, run.stop_reason) == (RunStatus.failed, "interrupted")
+        assert 1 <= len(done_before) <= 2 and all(r.passed for _, r in search_evals(st, run_id))
+        evaluated_on_resume = []
+        resume(run_id, st, on_event=lambda e: e.kind == "evaluated" and evaluated_on_resume.append(e.candidate_id))
+        run = st.get_run(run_id)
+        evals = [cid for cid, _ in search_evals(st, run_id)]
+    assert not set(evaluated_on_resume) & set(done_before)
+    assert len(evals) == len(set(evals)) == 3 and evals[: len(done_before)] == done_before
+    assert (run.status, run.stop_reason) == (RunStatus.finished, "evaluation_budget")

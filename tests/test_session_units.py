@@ -3,6 +3,7 @@
 
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
@@ -119,20 +120,31 @@ def test_shape_bucket_groups_sizes_by_power_of_two():
 
 
 class Recorder:
-    """A fake evaluate/time_many pair that records what ran at the same time as what."""
+    """A stand-in evaluator (the functions of `evaluation` an executor calls) that records what ran at
+    the same time as what."""
 
     def __init__(self):
         self.active = {"check": 0, "time": 0}
         self.peak = {"check": 0, "time": 0}
         self.overlap = 0  # a timing that started while a check was running, or the reverse
         self.timing_calls: list[tuple[list[str], tuple[str, ...]]] = []
+        self.checked = 0
         self.lock = threading.Lock()
+
+    @staticmethod
+    def resolve_device(device):
+        return device
+
+    @staticmethod
+    def fingerprint(device):
+        return FP
 
     def _enter(self, kind):
         with self.lock:
             other = "time" if kind == "check" else "check"
             self.overlap += self.active[other] > 0
             self.active[kind] += 1
+            self.checked += kind == "check"
             self.peak[kind] = max(self.peak[kind], self.active[kind])
 
     def _leave(self, kind):
@@ -156,8 +168,8 @@ class Recorder:
 
 def test_a_gpu_batch_checks_in_parallel_then_times_the_passing_candidates_in_one_call():
     rec = Recorder()
-    with LocalExecutor(3, evaluate=rec.evaluate, time_many=rec.time_many) as ex:
-        landed = list(ex.evaluate_batch(["a", "bad1", "c", "d", "bad2", "f"], PROBLEM, "cuda", baselines=("eager",)))
+    with LocalExecutor("cuda", 3, evaluator=rec) as ex:
+        landed = list(ex.evaluate_batch(["a", "bad1", "c", "d", "bad2", "f"], PROBLEM, baselines=("eager",)))
     by_pos = dict(landed)
     assert sorted(by_pos) == [0, 1, 2, 3, 4, 5]
     assert [by_pos[i].candidate_sha256 for i in range(6)] == ["a", "bad1", "c", "d", "bad2", "f"]
@@ -199,8 +211,8 @@ class Crowded(Recorder):
 
 def test_a_check_starved_of_device_memory_by_its_siblings_is_checked_again_alone():
     rec = Crowded()
-    with LocalExecutor(4, evaluate=rec.evaluate, time_many=rec.time_many) as ex:
-        landed = dict(ex.evaluate_batch(["a", "oom1", "raise1", "b"], PROBLEM, "cuda", baselines=("eager",)))
+    with LocalExecutor("cuda", 4, evaluator=rec) as ex:
+        landed = dict(ex.evaluate_batch(["a", "oom1", "raise1", "b"], PROBLEM, baselines=("eager",)))
     assert {i: r.status for i, r in landed.items()} == {i: Status.passed for i in range(4)}
     assert {"oom1", "raise1"} <= set(rec.alone)  # the verdict that stands came from a check with the GPU to itself
     assert rec.timing_calls == [(["a", "oom1", "raise1", "b"], ("eager",))]  # then timed with the rest
@@ -209,28 +221,67 @@ def test_a_check_starved_of_device_memory_by_its_siblings_is_checked_again_alone
 
 def test_running_out_of_memory_with_the_gpu_to_itself_is_the_candidates_own_failure():
     rec = Crowded(always=True)
-    with LocalExecutor(1, evaluate=rec.evaluate, time_many=rec.time_many) as ex:  # one worker: nothing shared
-        (i, result), = ex.evaluate_batch(["oom1"], PROBLEM, "cuda")
+    with LocalExecutor("cuda", 1, evaluator=rec) as ex:  # one worker: nothing shared
+        (i, result), = ex.evaluate_batch(["oom1"], PROBLEM)
     assert (i, result.status, result.error_class) == (0, Status.crashed, "OutOfMemoryError")
     assert rec.checks == ["oom1"] and rec.timing_calls == []
     rec = Crowded(always=True)
-    with LocalExecutor(3, evaluate=rec.evaluate, time_many=rec.time_many) as ex:  # shared, then alone: still OOM
-        landed = dict(ex.evaluate_batch(["oom1", "a"], PROBLEM, "cuda"))
+    with LocalExecutor("cuda", 3, evaluator=rec) as ex:  # shared, then alone: still OOM
+        landed = dict(ex.evaluate_batch(["oom1", "a"], PROBLEM))
     assert (landed[0].status, landed[0].error_class) == (Status.crashed, "OutOfMemoryError")
     assert rec.checks.count("oom1") == 2 and rec.alone[-1] == "oom1"
 
 
-def test_single_submissions_time_one_at_a_time_against_both_baselines():
+def test_batches_of_several_searches_sharing_one_executor_never_time_during_a_check():
+    """optimize-many: four searches submit batches to one executor at once; timings stay exclusive."""
     rec = Recorder()
-    with LocalExecutor(3, evaluate=rec.evaluate, time_many=rec.time_many) as ex:
-        results = [f.result() for f in ex.map(["a", "b", "c", "d"], PROBLEM, "cuda")]
-    assert [r.candidate_sha256 for r in results] == ["a", "b", "c", "d"]
-    assert rec.peak["time"] == 1 and rec.peak["check"] >= 2
-    assert sorted(rec.timing_calls) == [([c], ("eager", "torch_compile")) for c in "abcd"]
+    with LocalExecutor("cuda", 3, evaluator=rec) as ex:
+        def search(tag):
+            return dict(ex.evaluate_batch([f"{tag}{i}" for i in range(3)], PROBLEM))
+
+        with ThreadPoolExecutor(4) as searches:
+            landed = list(searches.map(search, "abcd"))
+    assert [sorted(r.candidate_sha256 for r in batch.values()) for batch in landed] == [
+        [f"{t}{i}" for i in range(3)] for t in "abcd"]
+    assert rec.peak["time"] == 1 and rec.peak["check"] >= 2 and rec.overlap == 0
+    assert sorted(srcs for srcs, _ in rec.timing_calls) == [[f"{t}{i}" for i in range(3)] for t in "abcd"]
+    assert {b for _, b in rec.timing_calls} == {("eager", "torch_compile")}
+
+
+def test_a_remeasure_goes_through_the_executor_with_the_device_to_itself():
+    rec = Recorder()
+    seen = []
+
+    def remeasure(sources, problem, *, device, rounds, baselines):
+        seen.append((sorted(sources), device, rounds, baselines, rec.active["check"]))
+        return "remeasured"
+
+    rec.remeasure = remeasure
+    with LocalExecutor("cuda", 2, evaluator=rec) as ex:
+        assert ex.remeasure({"x": "a", "y": "b"}, PROBLEM, rounds=4) == "remeasured"
+        assert ex.environment() is FP
+    assert seen == [(["x", "y"], "cuda", 4, ("eager", "torch_compile"), 0)]
+
+
+def test_a_cancelled_executor_drops_queued_checks_and_refuses_new_work():
+    from agent.search.executors import Cancelled
+
+    rec = Recorder()
+    ex = LocalExecutor("cpu", 1, evaluator=rec)
+    batch = ex.evaluate_batch([f"c{i}" for i in range(20)], PROBLEM)
+    first = next(batch)
+    ex.cancel()
+    with pytest.raises(Cancelled):
+        list(batch)
+    with pytest.raises(Cancelled):
+        list(ex.evaluate_batch(["late"], PROBLEM))
+    ex.close()
+    assert first[1].candidate_sha256 == "c0"
+    assert rec.peak["check"] == 1 and rec.checked < 20  # the queued ones never ran
 
 
 def test_on_the_cpu_a_batch_is_never_timed():
     rec = Recorder()
-    with LocalExecutor(2, evaluate=rec.evaluate, time_many=rec.time_many) as ex:
-        landed = dict(ex.evaluate_batch(["a", "b"], PROBLEM, "cpu"))
+    with LocalExecutor("cpu", 2, evaluator=rec) as ex:
+        landed = dict(ex.evaluate_batch(["a", "b"], PROBLEM))
     assert sorted(landed) == [0, 1] and rec.timing_calls == []

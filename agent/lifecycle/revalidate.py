@@ -13,7 +13,11 @@ from typing import Optional, Sequence
 from agent.lifecycle.evidence import BASELINE, PromotionEvidence, Record, aggregate_speedup, problem_device
 from agent.lifecycle.gate import current_problem
 from agent.lifecycle.registry import DeployedEntry, FlagNote, deployed_entries, flag, rollback
-from evaluation.records import EvalResult, Fingerprint, ProblemInfo
+from agent.search.executors import Executor, make_executor
+from evaluation.records import BASELINES, EvalResult, Fingerprint, ProblemInfo
+
+REVALIDATE_TIMEOUT_S = 120.0  # per candidate process, as `kscout eval`
+REVALIDATE_TRIALS = 3
 
 # Environment fields whose change can alter a kernel's numerics or speed.
 ENV_FIELDS = ("driver_version", "cuda_version", "hip_version", "triton_version", "torch_version")
@@ -89,11 +93,30 @@ def revalidate(
     by: str = "kscout revalidate",
     current: Optional[Fingerprint] = None,
     timeout_s: Optional[float] = None,
+    executor: Optional[Executor] = None,
 ) -> list[Revalidation]:
-    """Re-evaluate every deployed kernel that this machine can run; flag (and roll back) failures."""
-    import evaluation
+    """Re-evaluate every deployed kernel that this machine can run; flag (and roll back) failures.
 
-    current = current or evaluation.fingerprint()
+    Candidates run through `executor` (default: a local one on this machine's device, made only when
+    something needs running), whose environment is "this machine" unless `current` says otherwise."""
+    made: list[Executor] = []
+
+    def runner() -> Executor:
+        if executor is not None:
+            return executor
+        if not made:
+            made.append(make_executor("local", device="auto", timeout_s=timeout_s or REVALIDATE_TIMEOUT_S,
+                                      trials=REVALIDATE_TRIALS))
+        return made[0]
+
+    try:
+        return _revalidate(store, arch, rollback_on_fail, by, current or runner().environment(), runner)
+    finally:
+        for ex in made:
+            ex.close()
+
+
+def _revalidate(store, arch, rollback_on_fail, by, current: Fingerprint, runner) -> list[Revalidation]:
     outcomes = []
     for entry in deployed_entries(store, arch):
         if entry.candidate_id is None:
@@ -110,8 +133,7 @@ def revalidate(
         ev = entry.evidence
         candidate = store.get_candidate(ev.candidate_id, run_id=ev.run_id)
         problem = current_problem(store, ev.problem_id, ev.problem_name, problem_device(ev))
-        kwargs = {"timeout_s": timeout_s} if timeout_s else {}
-        result = evaluation.evaluate(candidate.source, problem, device=problem_device(ev), **kwargs)
+        ((_, result),) = runner().evaluate_batch([candidate.source], problem, baselines=BASELINES)
         eval_id = store.add_evaluation(ev.run_id, ev.candidate_id, result, kind="revalidate")
         verdict, reason = judge_revalidation(ev, result, problem)
         if verdict == "passed":

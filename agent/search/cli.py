@@ -120,11 +120,22 @@ def _exit(code: int) -> None:
         raise SystemExit(code)  # typer.Exit would only be returned by the standalone_mode=False app
 
 
+ExecutorOpt = typer.Option("local", "--executor", help="where candidates run: local | ray (pip install "
+                                                       "'kernelscout[ray]')")
+RayAddressOpt = typer.Option(None, "--ray-address", help="Ray cluster to use (default $RAY_ADDRESS, else a local "
+                                                          "cluster started for this command)")
+RayResourceOpt = typer.Option(None, "--ray-resource", help="custom Ray resource every task requests, e.g. H200: "
+                                                            "routes the search to nodes that declare it")
+SandboxOpt = typer.Option(None, "--sandbox", help="auto | required | off: run candidates in an OS sandbox "
+                                                  "(bubblewrap; default $KSCOUT_SANDBOX, else auto)")
+
+
 def register(app: typer.Typer) -> None:
     app.command()(optimize)
     app.command()(resume)
     app.command()(runs)
     app.command()(show)
+    _register_many(app)
 
 
 def optimize(
@@ -150,6 +161,10 @@ def optimize(
         None, "--dtype", help="prove and time only this declared dtype, e.g. bfloat16 (repeatable; default all)"),
     out: Optional[Path] = typer.Option(None, "--out", help="write the best kernel here "
                                                            "(default ./kscout-best/PROBLEM-RUN.py)"),
+    executor: str = ExecutorOpt,
+    ray_address: Optional[str] = RayAddressOpt,
+    ray_resource: Optional[str] = RayResourceOpt,
+    sandbox: Optional[str] = SandboxOpt,
     store: Optional[Path] = StoreOpt,
     as_json: bool = JsonOpt,
 ):
@@ -165,8 +180,9 @@ def optimize(
     config = SessionConfig(problem=problem, device=device, proposer=proposer, model=model, api_base=api_base,
                            budget=budget, minutes=minutes, target_speedup=target_speedup, stall=stall,
                            seed=seed, max_cost_usd=max_cost, batch=batch, workers=workers, compile_every=compile_every,
-                           trials=trials, time_cases=tuple(time_case or ()), dtypes=tuple(dtype or ())).check()
-    run_id = _run_session(store, lambda st, view: start(config, st, on_event=view))
+                           trials=trials, time_cases=tuple(time_case or ()), dtypes=tuple(dtype or ()),
+                           executor=executor, ray_resource=ray_resource, sandbox=sandbox).check()
+    run_id = _run_session(store, lambda st, view: start(config, st, on_event=view, ray_address=ray_address))
     _exit(_finish(store, run_id, as_json, out))
 
 
@@ -174,6 +190,9 @@ def resume(
     run: str = typer.Argument(..., metavar="RUN", help="run id (or a unique prefix)"),
     out: Optional[Path] = typer.Option(None, "--out", help="write the best kernel here "
                                                            "(default ./kscout-best/PROBLEM-RUN.py)"),
+    executor: Optional[str] = typer.Option(None, "--executor",
+                                           help="local | ray (default: the executor the run started with)"),
+    ray_address: Optional[str] = RayAddressOpt,
     store: Optional[Path] = StoreOpt,
     as_json: bool = JsonOpt,
 ):
@@ -189,7 +208,8 @@ def resume(
         if st.get_run(run_id).status.value == "running" and owner is not None and owner_alive(owner):
             raise SessionError(f"run {run_id} is still running (pid {owner.pid} on {owner.host}); "
                                f"stop it first (Ctrl-C or kill {owner.pid})")
-    run_id = _run_session(store, lambda st, view: resume_run(run_id, st, on_event=view))
+    run_id = _run_session(store, lambda st, view: resume_run(run_id, st, on_event=view, executor_name=executor,
+                                                                     ray_address=ray_address))
     _exit(_finish(store, run_id, as_json, out))
 
 
@@ -272,3 +292,116 @@ def _print_source(store_dir: Optional[Path], run: str, candidate: Optional[str])
         else:
             kernel, summary, src = kernel_view(st, run, candidate)
     sys.stdout.write(kernelfile.render(summary, kernel, src, None))
+
+
+# -- optimize-many: one search per problem at once, one progress view, one table -------------------------
+class _ManyView:
+    """One bar per search (terminal) or one plain line per event, prefixed with the problem."""
+
+    def __init__(self, con, problems: list[str]):
+        self.console, self.problems = con, problems
+        self._progress = None
+        self._tasks: dict[int, object] = {}
+
+    def __enter__(self):
+        if self.console.is_terminal:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                      TimeElapsedColumn(), console=self.console, transient=True)
+            self._progress.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self._progress is not None:
+            self._progress.__exit__(*exc)
+
+    def __call__(self, i: int, e: SessionEvent) -> None:
+        name = self.problems[i]
+        best = f"{e.best_speedup:.3g}x" if e.best_speedup is not None else "not measured"
+        if self._progress is None:
+            self.console.print(f"[{name} {e.kind} {e.evaluations}/{e.budget}] {e.message} | best {best}",
+                               markup=False, highlight=False, soft_wrap=True)
+            return
+        if i not in self._tasks:
+            self._tasks[i] = self._progress.add_task("", total=e.budget)
+        self._progress.update(self._tasks[i], completed=e.evaluations, description=f"{name}: best {best}")
+        if e.kind in ("proposal_error", "remeasured", "finished"):
+            self._progress.console.print(f"{name}: {e.message}", markup=False, highlight=False)
+
+
+def _many_table(rows: list[tuple[object, Optional["RunSummary"]]]):
+    from agent.term import human, table
+
+    t = table("problem", "run", "state", "evals", "best vs eager", title="optimize-many")
+    for outcome, s in rows:
+        if s is None:
+            t.add_row(outcome.problem, "-", outcome.state, "-", human(outcome.reason))
+            continue
+        best = s.best
+        eager = next((a for a in best.verdict.across if a.baseline == "eager"), None) if best and best.verdict else None
+        speed = (f"{eager.geomean.ratio:.3g}x [{eager.geomean.low:.3g}, {eager.geomean.high:.3g}]" if eager
+                 else "not timed" if not s.timed else "none")
+        t.add_row(outcome.problem, s.run_id[:15], outcome.state, f"{s.evaluations}/{s.stop_rule.max_evaluations}",
+                  speed)
+    return t
+
+
+def _register_many(app: typer.Typer) -> None:
+    @app.command("optimize-many")
+    def optimize_many(
+        problems: Optional[List[str]] = typer.Argument(None, help="built-in problem names or KernelBench-style files"),
+        manifest: Optional[Path] = typer.Option(None, "--manifest", help="TOML file with a shared table, a defaults "
+                                                                        "table and one search table per search"),
+        concurrency: Optional[int] = typer.Option(None, help="searches at once (default: all with ray, 2 local)"),
+        minutes: Optional[float] = typer.Option(None, help="time budget shared by all searches (wall clock)"),
+        max_cost: Optional[float] = typer.Option(None, help="LLM spend ceiling in USD shared by all searches"),
+        device: str = typer.Option("auto", help="auto | cpu | cuda"),
+        proposer: str = typer.Option("template", help="template (offline) | llm"),
+        model: Optional[str] = typer.Option(None, help="litellm model string, e.g. openai/NAME"),
+        api_base: Optional[str] = typer.Option(None, help="OpenAI-compatible server URL (vLLM)"),
+        budget: int = typer.Option(20, help="evaluations per search"),
+        target_speedup: Optional[float] = typer.Option(None, help="stop a search at this measured speedup"),
+        stall: Optional[int] = typer.Option(30, help="stop a search after this many evaluations without improvement"),
+        seed: int = typer.Option(0, help="random seed of the proposer"),
+        batch: int = typer.Option(1, help="candidates per step of each search"),
+        workers: int = typer.Option(1, help="checks in parallel per device"),
+        trials: int = typer.Option(2, help="correctness trials per shape"),
+        dtype: Optional[List[str]] = typer.Option(None, "--dtype", help="prove and time only this dtype (repeatable)"),
+        executor: str = ExecutorOpt,
+        ray_address: Optional[str] = RayAddressOpt,
+        ray_resource: Optional[str] = RayResourceOpt,
+        store: Optional[Path] = StoreOpt,
+        as_json: bool = JsonOpt,
+    ):
+        """One search per problem, all at once on the executor, under a shared time and cost budget."""
+        from agent.search.many import Shared, load_manifest, plan, run_many
+        from agent.search.session import Interrupted, SessionError
+        from agent.search.summary import summarize
+
+        if proposer not in ("template", "llm"):
+            raise SessionError(f"--proposer must be template or llm (got {proposer!r})")
+        loaded = load_manifest(manifest) if manifest else None
+        base = dict(device=device, proposer=proposer, model=model, api_base=api_base, budget=budget,
+                    target_speedup=target_speedup, stall=stall, seed=seed, batch=batch, workers=workers,
+                    trials=trials, dtypes=tuple(dtype or ()), executor=executor, ray_resource=ray_resource)
+        configs = plan(list(problems or ()), base, loaded)
+        given = dict(minutes=minutes, max_cost_usd=max_cost, concurrency=concurrency)
+        shared = Shared(**{**(loaded.shared.model_dump() if loaded else {}),
+                           **{k: v for k, v in given.items() if v is not None}})
+        names = [c.problem for c in configs]
+        with _open_store(store) as st, _ManyView(console(stderr=True), names) as view:
+            result = run_many(configs, st, shared=shared, ray_address=ray_address, on_event=view)
+        with _open_store(store) as st:
+            rows = [(o, summarize(st, o.run_id) if o.run_id else None) for o in result.outcomes]
+        if as_json:
+            print_json({
+                "searches": [dict(o.model_dump(mode="json"), summary=s.model_dump(mode="json") if s else None)
+                             for o, s in rows],
+                "elapsed_s": result.elapsed_s, "cost_usd": result.cost_usd})
+        else:
+            console().print(_many_table(rows))
+        if result.interrupted_runs:
+            raise Interrupted(*result.interrupted_runs)
+        if any(o.state == "failed" for o in result.outcomes):
+            _exit(1)

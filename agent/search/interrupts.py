@@ -57,6 +57,12 @@ def sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def _session_interrupted() -> type:
+    from agent.search.session import Interrupted
+
+    return Interrupted
+
+
 def mark_interrupted(open_store: Callable, run_id: str) -> None:
     """Record the run as interrupted, unless it finished after all (the interrupt came too late)."""
     from store.records import RunStatus
@@ -78,7 +84,10 @@ def guarded_session(open_store: Callable, run: Callable[[], str], current_run: C
     try:
         with sigterm_as_interrupt():
             return run()
-    except KeyboardInterrupt as exc:
+    except _session_interrupted() as exc:  # the session recorded the run itself, after cancelling its executor
+        name = "SIGTERM" if isinstance(exc.__context__, _Terminated) else "SIGINT"
+        raise RunInterrupted(exc.run_id, name) from None
+    except KeyboardInterrupt as exc:  # before the session existed, or outside its loop
         name = "SIGTERM" if isinstance(exc, _Terminated) else "SIGINT"
         run_id = current_run()
         if run_id is not None:

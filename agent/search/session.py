@@ -15,15 +15,16 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import threading
 import time
 import uuid
-from pathlib import Path
-from typing import Callable, Literal, Optional
+from contextlib import contextmanager
+from typing import Callable, Iterator, Literal, Optional
 
 from agent import Frozen
 
 from agent.search import writeback
-from agent.search.executors import Executor, LocalExecutor
+from agent.search.executors import DEFAULT_EXECUTOR, EXECUTORS, Cancelled, Executor, make_executor
 from agent.search.policy import Node, PolicyConfig, Tree, decide
 from agent.proposers.base import Action, ParentInfo, Proposal, ProposeRequest
 from agent.search.stopping import Progress, StopReason, measured_speedup, should_stop
@@ -36,6 +37,44 @@ SEED_PROPOSER = "seed"
 
 class SessionError(KscoutError):
     """A session that cannot start or resume: bad options, a finished run, another environment."""
+
+
+class Interrupted(KscoutError):
+    """The search was stopped (Ctrl-C, or its executor cancelled) and recorded as interrupted.
+
+    Raised only after the run row says so; `kscout resume RUN` continues it. Exit code 3 tells a
+    supervising process "stopped on request, resumable" apart from bad input (2) and a failure (1)."""
+
+    exit_code = 3
+
+    def __init__(self, run_id: str, *more: str):
+        self.run_ids = (run_id, *more)
+        self.run_id = run_id
+        hint = "; ".join(f"kscout resume {r}" for r in self.run_ids)
+        runs = f"run{'s' if more else ''} {', '.join(self.run_ids)}"
+        super().__init__(f"interrupted: {runs} recorded as interrupted; continue with `{hint}`")
+
+
+# An interrupted run is written as status interrupted (stop reason "interrupted"); an error as status
+# failed with stop reason "error: <class>". `kscout resume` continues either.
+INTERRUPTED_STATUS = RunStatus.interrupted
+
+
+class SharedSpend:
+    """LLM spend shared by several searches of one `optimize-many` (each stops when the pool is spent)."""
+
+    def __init__(self, spent_usd: float = 0.0):
+        self._lock = threading.Lock()
+        self._spent = spent_usd
+
+    def add(self, usd: float) -> None:
+        with self._lock:
+            self._spent += usd
+
+    @property
+    def spent_usd(self) -> float:
+        with self._lock:
+            return self._spent
 
 
 _Frozen = Frozen
@@ -68,6 +107,8 @@ class SessionConfig(_Frozen):
     remeasure_rounds: int = 5
     time_cases: tuple[str, ...] = ()  # case ids timed instead of the problem's declared "timed" cases
     dtypes: tuple[str, ...] = ()  # the declared dtypes this search proves and times (empty: all of them)
+    executor: str = DEFAULT_EXECUTOR  # where candidates run: "local" | "ray" (agent.search.executors)
+    ray_resource: Optional[str] = None  # a custom Ray resource every task requests (routes to that hardware)
     sandbox: Optional[Literal["auto", "required", "off"]] = None  # the evaluator's OS sandbox (None: $KSCOUT_SANDBOX or auto)
 
     def load_problem(self, device_kind: str) -> ProblemInfo:
@@ -85,7 +126,16 @@ class SessionConfig(_Frozen):
             raise SessionError(f"--stall must be at least 1 (got {self.stall})")
         if self.proposer == "llm" and not self.model:
             raise SessionError("--proposer llm needs --model (any litellm model string, e.g. openai/NAME)")
+        if self.executor not in EXECUTORS:
+            raise SessionError(f"--executor must be one of: {', '.join(EXECUTORS)} (got {self.executor!r})")
+        if self.ray_resource and self.executor != "ray":
+            raise SessionError("--ray-resource needs --executor ray")
         return self
+
+    def make_executor(self, ray_address: Optional[str] = None) -> Executor:
+        return make_executor(self.executor, device=self.device, workers=self.workers, timeout_s=self.timeout_s,
+                             trials=self.trials, ray_address=ray_address, ray_resource=self.ray_resource,
+                             sandbox=self.sandbox)
 
     def stop_rule(self) -> StopRule:
         return StopRule(max_evaluations=self.budget, max_minutes=self.minutes, target_speedup=self.target_speedup,
@@ -94,15 +144,6 @@ class SessionConfig(_Frozen):
     def policy(self) -> PolicyConfig:
         restart_after = 8 if self.stall is None else max(2, min(8, self.stall // 2))
         return PolicyConfig(allow_repair=self.proposer == "llm", restart_after=restart_after)
-
-
-def _sandboxed(name: str, sandbox: Optional[str]):
-    """evaluation.<name> with the session's --sandbox, imported on first use."""
-    def call(*args, **kwargs):
-        import evaluation
-
-        return getattr(evaluation, name)(*args, sandbox=sandbox, **kwargs)
-    return call
 
 
 class SessionEvent(_Frozen):
@@ -139,8 +180,11 @@ def make_proposer(config: SessionConfig, run_id: str, store, spent_usd: float = 
 
 
 class Session:
+    """One search on one executor; the executor belongs to the caller (`start`, `resume`, optimize-many)."""
+
     def __init__(self, store, run: RunRecord, config: SessionConfig, problem: ProblemInfo, fingerprint: Fingerprint,
-                 *, proposer=None, executor: Optional[Executor] = None, on_event: Optional[OnEvent] = None):
+                 *, executor: Executor, proposer=None, on_event: Optional[OnEvent] = None,
+                 shared_spend: Optional[SharedSpend] = None):
         self.store, self.run, self.config, self.problem, self.fp = store, run, config, problem, fingerprint
         self.rule = run.stop_rule
         self.on_event = on_event or (lambda event: None)
@@ -149,11 +193,9 @@ class Session:
         self.reused: set[str] = set()
         self.load()
         self.cost_usd = sum(c.cost_usd or 0.0 for c in store.llm_calls(run.run_id))
+        self.shared_spend = shared_spend
         self.proposer = proposer or make_proposer(config, run.run_id, store, self.cost_usd)
-        self.executor = executor or LocalExecutor(
-            config.workers, timeout_s=config.timeout_s, trials=config.trials,
-            evaluate=_sandboxed("evaluate", config.sandbox), time_many=_sandboxed("time_many", config.sandbox))
-        self._own_executor = executor is None
+        self.executor = executor
         self.policy = config.policy()
         self.empty_steps = 0
         self.exhausted = False
@@ -221,7 +263,8 @@ class Session:
             elapsed_minutes=(self.elapsed_before_s + time.monotonic() - self._clock0) / 60.0,
             best_significant_speedup=self.best_measured(),
             evaluations_since_improvement=self.since_improvement(),
-            cost_usd=self.cost_usd, proposer_exhausted=self.exhausted, empty_steps_in_a_row=self.empty_steps,
+            cost_usd=self.shared_spend.spent_usd if self.shared_spend else self.cost_usd,
+            proposer_exhausted=self.exhausted, empty_steps_in_a_row=self.empty_steps,
         )
 
     def _emit(self, kind: str, message: str, **extra) -> None:
@@ -255,9 +298,9 @@ class Session:
                           transformation_tags=c.transformation_tags, result=done[1] if done else None)
 
     def _propose(self, decision, n: int) -> tuple[list[Proposal], str]:
-        if decision.action is Action.seed and self.problem.seed_path and not self.candidates:
-            source = Path(self.problem.seed_path).read_text()
-            return [Proposal(source=source, rationale="the problem's shipped seed kernel")], SEED_PROPOSER
+        if decision.action is Action.seed and self.problem.seed_source and not self.candidates:
+            return [Proposal(source=self.problem.seed_source, rationale="the problem's shipped seed kernel")], \
+                SEED_PROPOSER
         parent = self._parent_info(decision.node_id) if decision.node_id else None
         hints = tuple(self._context.seed_hints()) if self._context is not None else ()
         request = ProposeRequest(
@@ -268,6 +311,8 @@ class Session:
         )
         result = self.proposer.propose(request)
         self.cost_usd += result.cost_usd
+        if self.shared_spend is not None:
+            self.shared_spend.add(result.cost_usd)
         for err in result.errors:
             if err.kind == "exhausted":
                 self.exhausted = True
@@ -354,7 +399,7 @@ class Session:
         if not todo:
             return
         batch = self.executor.evaluate_batch([self.candidates[cid].source for cid in todo], self.problem,
-                                             self.fp.device_kind, baselines=self._baselines(todo))
+                                             baselines=self._baselines(todo))
         for i, result in batch:
             cid = todo[i]
             c = self.candidates[cid]
@@ -369,21 +414,14 @@ class Session:
                            {cid: e for cid, (e, _) in self.results.items()})
         self._emit("started", f"run {self.run.run_id}: {self.problem.name} on {self.fp.device_name}, "
                               f"{self.paid_evaluations} of {self.rule.max_evaluations} evaluations done")
-        try:
-            while (reason := should_stop(self.rule, self.progress())) is None:
-                self.step()
-        finally:
-            if self._own_executor:
-                self.executor.close()
+        while (reason := should_stop(self.rule, self.progress())) is None:
+            self.step()
         return reason
 
     def _remeasure(self, cids: list[str]) -> dict[str, EvalResult]:
         """Re-time the top candidates interleaved with eager; store each as a `remeasure` evaluation."""
-        import evaluation
-
-        rm = evaluation.remeasure({cid: self.candidates[cid].source for cid in cids}, self.problem,
-                                  device=self.fp.device_kind, rounds=self.config.remeasure_rounds,
-                                  baselines=BASELINES, sandbox=self.config.sandbox)
+        rm = self.executor.remeasure({cid: self.candidates[cid].source for cid in cids}, self.problem,
+                                     rounds=self.config.remeasure_rounds, baselines=BASELINES)
         out = {}
         for rc in rm.candidates:
             cid = rc.name
@@ -416,6 +454,25 @@ class Session:
         self._emit("finished", f"stopped: {reason.value}", candidate_id=best)
         return best
 
+    def run_to_end(self) -> Optional[str]:
+        """Search, re-measure, finish. An interrupt or an error is written to the run before it leaves:
+        Ctrl-C (KeyboardInterrupt in this thread, or the executor cancelled from another) cancels the
+        executor's outstanding work, records the run interrupted and raises `Interrupted`; any other
+        error records it failed and propagates. Either way `kscout resume` continues it."""
+        try:
+            return self.finish(self.run_search())
+        except (KeyboardInterrupt, Cancelled):
+            self.executor.cancel()
+            self.store.finish_run(self.run.run_id, status=INTERRUPTED_STATUS,
+                                  stop_reason=StopReason.interrupted.value, best_candidate_id=None)
+            self._emit("finished", f"interrupted: continue with `kscout resume {self.run.run_id}`")
+            raise Interrupted(self.run.run_id) from None
+        except Exception as exc:
+            first = str(exc).splitlines()[0][:200] if str(exc) else ""
+            self.store.finish_run(self.run.run_id, status=RunStatus.failed, best_candidate_id=None,
+                                  stop_reason=f"error: {type(exc).__name__}" + (f": {first}" if first else ""))
+            raise
+
 
 def pick_best(passed: list[str], timed: bool, remeasured: dict[str, EvalResult], seeds: list[str]) -> Optional[str]:
     """The run's winner.
@@ -437,43 +494,71 @@ def new_run_id() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
 
 
-def start(config: SessionConfig, store, *, on_event: Optional[OnEvent] = None, proposer=None,
-          executor: Optional[Executor] = None) -> str:
-    """Create the run (stop rule fixed and written first), search, finish; returns the run id."""
-    import evaluation
+@contextmanager
+def _executor(config: SessionConfig, executor: Optional[Executor], ray_address: Optional[str]) -> Iterator[Executor]:
+    """The caller's executor, or one made from the config and closed afterwards."""
+    if executor is not None:
+        yield executor
+        return
+    made = config.make_executor(ray_address)
+    try:
+        yield made
+    finally:
+        made.close()
 
+
+def start(config: SessionConfig, store, *, on_event: Optional[OnEvent] = None, proposer=None,
+          executor: Optional[Executor] = None, ray_address: Optional[str] = None,
+          shared_spend: Optional[SharedSpend] = None, max_minutes: Optional[float] = None) -> str:
+    """Create the run (stop rule fixed and written first), search, finish; returns the run id.
+
+    The executor (given, or made from `config.executor`) decides the device and reports the
+    environment; the problem is loaded for that device and travels to it by value. `max_minutes`
+    caps the stop rule's time budget (optimize-many's shared deadline)."""
     config.check()
-    problem = config.load_problem(evaluation.resolve_device(config.device))
-    fp = evaluation.fingerprint(evaluation.resolve_device(config.device))
-    env_id = store.record_environment(fp)
-    store.record_problem(problem)
-    run = RunRecord(run_id=new_run_id(), problem_id=problem.problem_id, problem_name=problem.name,
-                    op_family=problem.op_family, device=fp.device_kind, arch=fp.arch, env_id=env_id,
-                    proposer=config.proposer, model=config.model, seed=config.seed, stop_rule=config.stop_rule(),
-                    started_at=utc_now(), config_json=config.model_dump_json())
-    store.create_run(run)
-    session = Session(store, run, config, problem, fp, proposer=proposer, executor=executor, on_event=on_event)
-    session.finish(session.run_search())
+    with _executor(config, executor, ray_address) as ex:
+        fp = ex.environment()
+        problem = config.load_problem(fp.device_kind)
+        env_id = store.record_environment(fp)
+        store.record_problem(problem)
+        rule = config.stop_rule()
+        if max_minutes is not None and (rule.max_minutes is None or max_minutes < rule.max_minutes):
+            rule = rule.model_copy(update={"max_minutes": max_minutes})
+        run = RunRecord(run_id=new_run_id(), problem_id=problem.problem_id, problem_name=problem.name,
+                        op_family=problem.op_family, device=fp.device_kind, arch=fp.arch, env_id=env_id,
+                        proposer=config.proposer, model=config.model, seed=config.seed, stop_rule=rule,
+                        started_at=utc_now(), config_json=config.model_dump_json())
+        store.create_run(run)
+        session = Session(store, run, config, problem, fp, executor=ex, proposer=proposer, on_event=on_event,
+                          shared_spend=shared_spend)
+        session.run_to_end()
     return run.run_id
 
 
 def resume(run_id: str, store, *, on_event: Optional[OnEvent] = None, proposer=None,
-           executor: Optional[Executor] = None) -> str:
-    """Continue a run that did not finish (crashed, killed, interrupted) on the same environment."""
-    import evaluation
+           executor: Optional[Executor] = None, executor_name: Optional[str] = None,
+           ray_address: Optional[str] = None) -> str:
+    """Continue a run that did not finish (crashed, killed, interrupted) on the same environment.
 
+    `executor_name` runs the rest on another executor than the run started with (its device must
+    still fingerprint the same)."""
     run = store.get_run(run_id)
     if run.status is RunStatus.finished:
         raise SessionError(f"run {run.run_id} already finished ({run.stop_reason}); nothing to resume")
     config = SessionConfig.model_validate_json(run.config_json)
-    fp = evaluation.fingerprint(evaluation.resolve_device(config.device))
-    if fp.key() != run.env_id:
-        raise SessionError(f"run {run.run_id} ran on environment {run.env_id}, this is {fp.key()} "
-                           f"({fp.device_name}); resume it where it started")
-    problem = config.load_problem(fp.device_kind)
-    if problem.problem_id != run.problem_id:
-        raise SessionError(f"problem {config.problem!r} changed since run {run.run_id} started "
-                           f"({run.problem_id} -> {problem.problem_id})")
-    session = Session(store, run, config, problem, fp, proposer=proposer, executor=executor, on_event=on_event)
-    session.finish(session.run_search())
+    if executor_name is not None and executor_name != config.executor:
+        config = config.model_copy(update={"executor": executor_name,
+                                           "ray_resource": config.ray_resource if executor_name == "ray" else None})
+    config.check()
+    with _executor(config, executor, ray_address) as ex:
+        fp = ex.environment()
+        if fp.key() != run.env_id:
+            raise SessionError(f"run {run.run_id} ran on environment {run.env_id}, this is {fp.key()} "
+                               f"({fp.device_name}); resume it where it started")
+        problem = config.load_problem(fp.device_kind)
+        if problem.problem_id != run.problem_id:
+            raise SessionError(f"problem {config.problem!r} changed since run {run.run_id} started "
+                               f"({run.problem_id} -> {problem.problem_id})")
+        session = Session(store, run, config, problem, fp, executor=ex, proposer=proposer, on_event=on_event)
+        session.run_to_end()
     return run.run_id

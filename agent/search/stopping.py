@@ -9,12 +9,11 @@ straddles 1.0 is noise.
 from __future__ import annotations
 
 import enum
-import math
 from typing import Optional
 
 from agent import Frozen
 
-from evaluation.records import EvalResult
+from evaluation.records import EvalResult, MeasuredSpeedup
 from store.records import StopRule
 
 
@@ -32,35 +31,10 @@ class StopReason(str, enum.Enum):
 _Frozen = Frozen
 
 
-class MeasuredSpeedup(_Frozen):
-    """Geometric means over timed cases of the candidate's speedup vs eager and its interval."""
-
-    ratio: float
-    ratio_low: float
-    ratio_high: float
-
-    @property
-    def significant(self) -> bool:
-        """The conservative interval (baseline p20 / candidate p80 ...) excludes 1.0."""
-        return self.ratio_low > 1.0 or self.ratio_high < 1.0
-
-
 def measured_speedup(result: EvalResult, baseline: str = "eager") -> Optional[MeasuredSpeedup]:
-    """None unless the candidate passed and was timed against `baseline`."""
-    if not result.passed:
-        return None
-    triples = [(s.ratio, s.ratio_low, s.ratio_high) for t in result.timing for s in t.speedups if s.baseline == baseline]
-    if not triples:
-        return None
-
-    def geomean(values):
-        return math.exp(sum(math.log(v) for v in values) / len(values))
-
-    return MeasuredSpeedup(
-        ratio=geomean([t[0] for t in triples]),
-        ratio_low=geomean([t[1] for t in triples]),
-        ratio_high=geomean([t[2] for t in triples]),
-    )
+    """None unless the candidate passed and every timed case was timed against `baseline`
+    (`EvalResult.measured_speedup` is the one definition)."""
+    return result.measured_speedup(baseline)
 
 
 class Progress(_Frozen):

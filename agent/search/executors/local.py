@@ -1,0 +1,124 @@
+"""The local executor (the default): a pool of threads on this machine, each waiting on a worker process.
+
+`evaluation.evaluate` already isolates each candidate in its own subprocess, so threads are all the
+pool needs. On a GPU two timings must never overlap, and no check may overlap a timing (each would
+slow the other and the numbers would lie): checks hold the device shared, a timing, a re-measure and
+a check re-run alone hold it exclusively. That holds across several searches sharing one executor
+(`kscout optimize-many`), where the pool's size bounds the checks running at once.
+
+Cancelling (Ctrl-C) drops queued checks and kills the worker processes this executor started, so an
+interrupted search exits in seconds, not after its running evaluations time out.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import signal
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+from agent.search.executors.base import BatchExecutor, SharedExclusiveLock
+from evaluation.records import EvalResult, Fingerprint, ProblemInfo, RemeasureResult
+
+WORKER_MODULE = "evaluation.worker"
+
+
+def worker_children() -> list[int]:
+    """Process ids of the evaluation workers this process started (Linux /proc; elsewhere none)."""
+    me, found = os.getpid(), []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            stat = (entry / "stat").read_text()
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            if ppid == me and WORKER_MODULE in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                found.append(int(entry.name))
+        except (OSError, ValueError, IndexError):
+            continue  # the process ended while we looked
+    return found
+
+
+class LocalExecutor(BatchExecutor):
+    name = "local"
+
+    def __init__(self, device: str = "auto", workers: int = 1, *, timeout_s: float = 300.0, trials: int = 2,
+                 evaluator: Any = None, sandbox: Optional[str] = None):
+        """`evaluator`: what runs candidates (the `evaluation` package; tests pass a stand-in with the
+        same functions: evaluate, time_many, remeasure, fingerprint, resolve_device)."""
+        self._ev = evaluator if evaluator is not None else importlib.import_module("evaluation")
+        super().__init__(self._ev.resolve_device(device), workers, timeout_s, trials, sandbox)
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kscout-eval")
+        self._device_lock = SharedExclusiveLock()
+        self._busy = 0  # jobs in flight, for the reaper
+        self._busy_lock = threading.Lock()
+        self._reaper: Optional[threading.Thread] = None
+
+    def _fingerprint(self) -> Fingerprint:
+        return self._ev.fingerprint(self.device)
+
+    # -- jobs ----------------------------------------------------------------------------------------
+    @contextmanager
+    def _job(self) -> Iterator[None]:
+        with self._busy_lock:
+            self._busy += 1
+        try:
+            yield
+        finally:
+            with self._busy_lock:
+                self._busy -= 1
+
+    def _run_check(self, source: str, problem: ProblemInfo, alone: bool) -> EvalResult:
+        self._open()
+        with self._job(), (self._device_lock.exclusive() if alone else self._device_lock.shared()):
+            self._open()
+            return self._ev.evaluate(source, problem, device=self.device, timeout_s=self.timeout_s,
+                                     trials=self.trials, time_it=False, **self.sandbox_kw)
+
+    def _check(self, source: str, problem: ProblemInfo, *, alone: bool) -> "Future[EvalResult]":
+        return self._pool.submit(self._run_check, source, problem, alone)
+
+    def _time(self, items: list[tuple[str, EvalResult]], problem: ProblemInfo,
+              baselines: tuple[str, ...]) -> list[EvalResult]:
+        with self._job(), self._device_lock.exclusive():
+            self._open()
+            return self._ev.time_many(items, problem, device=self.device, timeout_s=self.timeout_s,
+                                      baselines=baselines, **self.sandbox_kw)
+
+    def _remeasure(self, sources: dict[str, str], problem: ProblemInfo, rounds: int,
+                   baselines: tuple[str, ...]) -> RemeasureResult:
+        with self._job(), self._device_lock.exclusive():
+            self._open()
+            return self._ev.remeasure(sources, problem, device=self.device, rounds=rounds, baselines=baselines,
+                                     **self.sandbox_kw)
+
+    # -- stopping ------------------------------------------------------------------------------------
+    def _reap(self) -> None:
+        """While jobs are still in flight after a cancel, kill the worker processes they wait on."""
+        deadline = time.monotonic() + max(30.0, self.timeout_s)
+        while time.monotonic() < deadline:
+            for pid in worker_children():
+                try:
+                    os.killpg(pid, signal.SIGKILL)  # each worker leads its own process group
+                except (ProcessLookupError, PermissionError):
+                    pass
+            with self._busy_lock:
+                if self._busy == 0:
+                    return
+            time.sleep(0.1)
+
+    def cancel(self) -> None:
+        if self.cancelled:
+            return
+        super().cancel()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._reaper = threading.Thread(target=self._reap, name="kscout-reaper", daemon=True)
+        self._reaper.start()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        if self._reaper is not None:
+            self._reaper.join()
