@@ -95,6 +95,8 @@ def probe_environment() -> Fingerprint:
 
 
 def _full() -> Fingerprint:
-    import evaluation
+    """Where the cheap probe cannot answer (ROCm, remapped devices): ask a local executor, as revalidate would."""
+    from agent.search.executors import make_executor
 
-    return evaluation.fingerprint()
+    with make_executor() as ex:
+        return ex.environment()
