@@ -229,7 +229,7 @@ class Store(RunsMixin, LearnedMixin, DocumentsMixin):
 class _NoVectors(EmbeddingCache):
     """The embeddings cache when vectors are off: nothing is embedded, nothing is cached."""
 
-    def prepare(self, texts: Sequence[str]) -> Embedded:
+    def prepare(self, texts: Sequence[str], on_progress=None) -> Embedded:
         return Embedded([], [])
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
