@@ -27,85 +27,138 @@ os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-QUESTIONS = Path(__file__).resolve().parents[1] / "tests" / "data" / "retrieval_questions.jsonl"
+ROOT = Path(__file__).resolve().parents[1]
+QUESTIONS = ROOT / "tests" / "data" / "retrieval_questions.jsonl"
+VENDOR_QUESTIONS = ROOT / "tests" / "data" / "vendor_questions.jsonl"
+VENDOR_DOCS = ROOT / "tests" / "data" / "vendor_docs"
+# How each folder of the third-party-style fixture is ingested: as an engineer would, with a vendor and
+# the URL the folder is published at, and (like the real ROCm tree) without device tags.
+VENDOR_FOLDERS: dict[str, dict] = {
+    "rocm": {"vendor": "AMD", "source_url": "https://rocm.docs.amd.com/en/latest/"},
+    "hip": {"vendor": "Advanced Micro Devices, Inc.", "source_url": "https://rocm.docs.amd.com/projects/HIP/en/latest/"},
+    "cutlass": {"vendor": "NVIDIA", "source_url": "https://docs.nvidia.com/cutlass/"},
+    "cuda": {"vendor": "nvidia", "source_url": "https://docs.nvidia.com/cuda/"},
+    "tenstorrent": {"vendor": "Tenstorrent Inc.", "devices": ("n150", "n300"),
+                    "source_url": "https://docs.tenstorrent.com/"},
+}
 console = Console()
 
 
-def _stem(source: str) -> str:
+def doc_key(source: str) -> str:
+    """How a question names a document: the hwdocs stem, or the fixture path without its suffix."""
+    marker = "/vendor_docs/"
+    if marker in source:
+        return str(Path(source.split(marker, 1)[1]).with_suffix(""))
     return Path(source).stem
 
 
-def _ranked_stems(result) -> list[str]:
-    stems: list[str] = []
+def _ranked_keys(result) -> list[str]:
+    keys: list[str] = []
     for hit in result.documents:
-        stem = _stem(hit.source)
-        if stem not in stems:
-            stems.append(stem)
-    return stems
+        key = doc_key(hit.source)
+        if key not in keys:
+            keys.append(key)
+    return keys
 
 
-def quality(store_dir: Optional[Path] = None, k: int = 5) -> dict:
+def ingest_vendor_docs(store, on_file=None):
+    """The fixture folders, each with its own options (see VENDOR_FOLDERS)."""
+    from knowledge.ingest import IngestOptions, ingest_paths
+
+    reports = []
+    for folder, opts in VENDOR_FOLDERS.items():
+        reports.append(ingest_paths(store, [VENDOR_DOCS / folder], IngestOptions(**opts), on_file))
+    return reports
+
+
+def evaluate(store, questions: list[dict], k: int = 5) -> dict:
+    """recall@k and MRR over distinct documents, excerpt hits, misses; questions as in the jsonl files."""
     from knowledge.aliases import canonical_devices, normalize_op, parse_query
-    from knowledge.ingest import ingest_builtin
     from knowledge.retrieve import ask
-    from store import Store
 
-    questions = [json.loads(line) for line in QUESTIONS.read_text().splitlines() if line.strip()]
-    with tempfile.TemporaryDirectory(prefix="kscout-bench-") as tmp, Store.open(store_dir or Path(tmp)) as store:
-        t0 = time.perf_counter()
-        report = ingest_builtin(store)
-        ingest_s = time.perf_counter() - t0
-        chunks = sum(f.chunks for f in report.files if f.status.value in ("added", "replaced"))
-        hits = lenient_hits = 0
-        rr = 0.0
-        misses, alias_misses = [], []
-        latencies = []
-        for q in questions:
-            t = time.perf_counter()
-            result = ask(store, q["question"], k=2 * k)
-            latencies.append(time.perf_counter() - t)
-            stems = _ranked_stems(result)[:k]
-            rank = stems.index(q["expected"]) + 1 if q["expected"] in stems else None
-            also = set(q.get("also", ()))
-            hits += rank is not None
-            lenient_hits += rank is not None or bool(also & set(stems))
-            rr += 1.0 / rank if rank else 0.0
-            if rank is None:
-                misses.append((q["question"], q["expected"], ", ".join(stems)))
-            facets = parse_query(q["question"])
-            want_devices = {d.upper() for d in canonical_devices(q.get("device") or "", device_name=True)}
-            if q.get("device") and not want_devices & {d.upper() for d in facets.devices}:
-                alias_misses.append((q["question"], f"device {q['device']}", str(list(facets.devices))))
-            if q.get("op") and normalize_op(q["op"]) not in facets.ops:
-                alias_misses.append((q["question"], f"op {q['op']}", str(list(facets.ops))))
+    hits = lenient_hits = excerpt_hits = with_answer = 0
+    rr = 0.0
+    misses, alias_misses, excerpt_misses = [], [], []
+    latencies = []
+    for q in questions:
+        t = time.perf_counter()
+        result = ask(store, q["question"], k=2 * k)
+        latencies.append(time.perf_counter() - t)
+        keys = _ranked_keys(result)[:k]
+        rank = keys.index(q["expected"]) + 1 if q["expected"] in keys else None
+        also = set(q.get("also", ()))
+        hits += rank is not None
+        lenient_hits += rank is not None or bool(also & set(keys))
+        rr += 1.0 / rank if rank else 0.0
+        if rank is None:
+            misses.append((q["question"], q["expected"], ", ".join(keys)))
+        if q.get("answer"):
+            with_answer += 1
+            shown = [h.excerpt for h in result.documents if doc_key(h.source) == q["expected"]][:2]
+            if any(q["answer"].lower() in e.lower() for e in shown):
+                excerpt_hits += 1
+            elif rank is not None:
+                excerpt_misses.append((q["question"], q["answer"], " | ".join(shown)[:300]))
+        facets = parse_query(q["question"])
+        want_devices = {d.upper() for d in canonical_devices(q.get("device") or "", device_name=True)}
+        if q.get("device") and not want_devices & {d.upper() for d in facets.devices}:
+            alias_misses.append((q["question"], f"device {q['device']}", str(list(facets.devices))))
+        if q.get("op") and normalize_op(q["op"]) not in facets.ops:
+            alias_misses.append((q["question"], f"op {q['op']}", str(list(facets.ops))))
     n = len(questions)
-    out = {
+    return {
         "questions": n, "recall_at_5": hits / n, "recall_at_5_with_also": lenient_hits / n, "mrr": rr / n,
-        "ingest_chunks": chunks, "ingest_s": ingest_s,
-        "ingest_chunks_per_s": chunks / ingest_s if chunks and ingest_s else None,
+        "excerpt_shows_answer": excerpt_hits / with_answer if with_answer else None,
         "ask_ms_p50": 1e3 * statistics.median(latencies),
+        "_misses": misses, "_alias_misses": alias_misses, "_excerpt_misses": excerpt_misses,
     }
-    table = Table(title=f"retrieval quality over {n} questions ({QUESTIONS.name})")
+
+
+def _print_eval(title: str, out: dict) -> None:
+    table = Table(title=title)
     for col in ("metric", "value"):
         table.add_column(col)
     for key, value in out.items():
-        table.add_row(key, f"{value:.3f}" if isinstance(value, float) else str(value))
+        if not key.startswith("_"):
+            table.add_row(key, f"{value:.3f}" if isinstance(value, float) else str(value))
     console.print(table)
-    if misses:
-        miss = Table(title="misses (expected not in the top 5 documents)")
-        for col in ("question", "expected", "got"):
-            miss.add_column(col, overflow="fold")
-        for row in misses:
-            miss.add_row(*row)
-        console.print(miss)
-    if alias_misses:
-        am = Table(title="facets the question set names but the alias parser missed")
-        for col in ("question", "expected", "parsed"):
-            am.add_column(col, overflow="fold")
-        for row in alias_misses:
-            am.add_row(*row)
-        console.print(am)
-    return out
+    for key, head, cols in (("_misses", "misses (expected not in the top 5 documents)", ("question", "expected", "got")),
+                            ("_alias_misses", "facets the question set names but the alias parser missed",
+                             ("question", "expected", "parsed")),
+                            ("_excerpt_misses", "excerpts that do not show the answer", ("question", "answer", "excerpt"))):
+        if out.get(key):
+            t = Table(title=head)
+            for col in cols:
+                t.add_column(col, overflow="fold")
+            for row in out[key]:
+                t.add_row(*row)
+            console.print(t)
+
+
+def quality(store_dir: Optional[Path] = None, k: int = 5) -> dict:
+    """Both question sets over one store holding the shipped hwdocs and the third-party-style fixture."""
+    from knowledge.ingest import ingest_builtin
+    from store import Store
+
+    sets = {
+        "shipped": [json.loads(line) for line in QUESTIONS.read_text().splitlines() if line.strip()],
+        "third-party": [json.loads(line) for line in VENDOR_QUESTIONS.read_text().splitlines() if line.strip()],
+    }
+    results: dict = {}
+    with tempfile.TemporaryDirectory(prefix="kscout-bench-") as tmp, Store.open(store_dir or Path(tmp)) as store:
+        t0 = time.perf_counter()
+        reports = [ingest_builtin(store)] + ingest_vendor_docs(store)
+        ingest_s = time.perf_counter() - t0
+        files = [f for r in reports for f in r.files]
+        failed = [f for f in files if f.status.value == "failed"]
+        if failed:
+            raise SystemExit(f"fixture files failed to ingest: {[(f.path, f.reason) for f in failed]}")
+        results["ingest"] = {"files": len(files), "chunks": sum(f.chunks for f in files), "ingest_s": ingest_s}
+        for name, questions in sets.items():
+            results[name] = evaluate(store, questions, k)
+            _print_eval(f"retrieval quality: {name} questions ({len(questions)})", results[name])
+    console.print(f"ingest: {results['ingest']}")
+    return results
 
 
 # -- scale -----------------------------------------------------------------------------------------

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 from store import rows as R
 from store.db import Database, fetch_dicts, insert
 from store.embeddings import text_sha256
 from store.errors import StoreError
-from store.records import Chunk, Document
+from store.records import Chunk, Document, utc_now
 
 
 def chunk_embedding_text(chunk: Chunk) -> str:
@@ -27,15 +27,31 @@ def chunk_metadata(doc: Document, chunk: Chunk) -> dict:
         "op_families": list(doc.op_families),
         "doc_version": doc.doc_version,
         "builtin": doc.builtin,
+        "origin": doc.origin.value,
         "ordinal": chunk.ordinal,
     }
+
+
+# What a retag may change without the text changing; everything else about a document is its bytes.
+PROVENANCE_FIELDS = ("source", "title", "vendor", "devices", "doc_version", "source_url", "kind", "op_families",
+                     "builtin", "origin", "metadata_json")
 
 
 class DocumentsMixin:
     db: Database  # the mixins are parts of `Store`, which provides `_cache` and `_vector_write`
 
-    def upsert_document(self, doc: Document, chunks: list[Chunk]) -> str:
-        """"added", "unchanged" (same bytes: nothing written) or "replaced" (old chunks and vectors go)."""
+    def upsert_document(self, doc: Document, chunks: list[Chunk], *, force: bool = False,
+                        on_progress: Optional[Callable[[int, int], None]] = None) -> str:
+        """Write a document and its chunks; returns what happened:
+
+        "added"; "replaced" (new bytes, or `force`: old chunks and vectors go, unchanged chunk text is
+        not re-embedded); "unchanged" (same bytes and provenance: nothing written); "retagged" (same
+        bytes, new provenance: the row and the vectors' metadata change, no model call); "repaired"
+        (same bytes, but the vectors of an earlier write never reached Chroma: written now).
+
+        The DuckDB rows and a `vector_pending` row commit together; the pending row goes once Chroma
+        confirms the vectors, so a crash between the two is found again (see `repair_vectors`).
+        """
         ids = [c.chunk_id for c in chunks]
         if len(set(ids)) != len(ids):
             raise StoreError(f"document {doc.source}: chunk ids repeat")
@@ -48,16 +64,21 @@ class DocumentsMixin:
             )
         texts = [chunk_embedding_text(c) for c in chunks]
         with self.db.locked():  # one trip through the lock for the check and the cache lookup
-            if self._document_sha(doc.document_id) == doc.sha256:
-                return "unchanged"
+            before = self._document_or_none(doc.document_id)
+            owed = self._vectors_owed(doc.document_id)
+            if before is not None and before.sha256 == doc.sha256 and not force:
+                changed = [f for f in PROVENANCE_FIELDS if getattr(before, f) != getattr(doc, f)]
+                if not changed and not owed:
+                    return "unchanged"
+                return self._retag(before, doc, changed)
             self._cache.cached([text_sha256(t) for t in texts])
-        embedded = self._cache.prepare(texts)  # the model runs unlocked: it is the slow part
+        embedded = self._cache.prepare(texts, on_progress)  # the model runs unlocked: it is the slow part
         with self.db.locked():
             with self.db.transaction() as con:
-                before = con.execute(
+                row_before = con.execute(
                     "SELECT sha256 FROM documents WHERE document_id = ?", [doc.document_id]
                 ).fetchone()
-                if before is not None and before[0] == doc.sha256:
+                if row_before is not None and row_before[0] == doc.sha256 and not force and before is None:
                     return "unchanged"  # another process ingested the same bytes meanwhile
                 old_ids = [
                     r[0]
@@ -67,7 +88,7 @@ class DocumentsMixin:
                 ]
                 con.execute("DELETE FROM chunks WHERE document_id = ?", [doc.document_id])
                 row = R.record_row(doc)
-                if before is None:
+                if row_before is None:
                     insert(con, "documents", row)
                 else:
                     row.pop("document_id")
@@ -79,10 +100,97 @@ class DocumentsMixin:
                 for chunk in chunks:
                     insert(con, "chunks", R.record_row(chunk))
                 self._cache.save(con, embedded)
+                self._owe_vectors(con, doc.document_id)
             stale = sorted(set(old_ids) - set(ids))
             self._vector_delete("chunks", stale)
-            self._vector_write("chunks", ids, embedded.vectors, [chunk_metadata(doc, c) for c in chunks])
-        return "added" if before is None else "replaced"
+            self._write_document_vectors(doc, chunks, embedded.vectors)
+        return "added" if row_before is None else "replaced"
+
+    def _retag(self, before: Document, doc: Document, changed: list[str]) -> str:
+        """Same bytes: keep chunks and first-ingest time, take the new provenance, rewrite the vectors
+        (from the embeddings cache) so their metadata filters match. The caller holds the lock."""
+        chunks = self.chunks(doc.document_id)
+        if changed:
+            updated = before.model_copy(update={f: getattr(doc, f) for f in changed} | {"retagged_at": utc_now()})
+            if "kind" in changed:
+                chunks = [c.model_copy(update={"kind": doc.kind}) for c in chunks]
+            with self.db.transaction() as con:
+                row = R.record_row(updated)
+                row.pop("document_id")
+                sets = ", ".join(f"{k} = ?" for k in row)
+                con.execute(f"UPDATE documents SET {sets} WHERE document_id = ?", [*row.values(), doc.document_id])
+                con.execute("UPDATE chunks SET kind = ? WHERE document_id = ?", [doc.kind.value, doc.document_id])
+                self._owe_vectors(con, doc.document_id)
+            doc = updated
+        embedded = self._cache.prepare([chunk_embedding_text(c) for c in chunks])
+        if embedded.new_rows:  # a cache emptied by hand: keep what the model just computed
+            with self.db.transaction() as con:
+                self._cache.save(con, embedded)
+        self._write_document_vectors(doc, chunks, embedded.vectors)
+        return "retagged" if changed else "repaired"
+
+    def _write_document_vectors(self, doc: Document, chunks: list[Chunk], vectors) -> None:
+        self._vector_write("chunks", [c.chunk_id for c in chunks], vectors, [chunk_metadata(doc, c) for c in chunks])
+        if self.vectors_enabled:
+            with self.db.transaction() as con:
+                con.execute("DELETE FROM vector_pending WHERE collection = 'chunks' AND row_id = ?", [doc.document_id])
+
+    @staticmethod
+    def _owe_vectors(con, document_id: str) -> None:
+        con.execute("INSERT OR REPLACE INTO vector_pending VALUES ('chunks', ?, ?)", [document_id, utc_now()])
+
+    def _vectors_owed(self, document_id: str) -> bool:
+        if not self.vectors_enabled:
+            return False  # owed to a machine that has vectors; nothing this one can do
+        found = self.db.query("SELECT 1 FROM vector_pending WHERE collection = 'chunks' AND row_id = ?",
+                              [document_id])
+        return bool(found)
+
+    def pending_vector_documents(self) -> list[str]:
+        """Documents whose rows committed but whose vectors Chroma never confirmed (a crash between)."""
+        return [r["row_id"] for r in self.db.query(
+            "SELECT row_id FROM vector_pending WHERE collection = 'chunks' ORDER BY since, row_id")]
+
+    def repair_vectors(self) -> list[str]:
+        """Write the vectors every pending document is owed (from the embeddings cache); returns them.
+
+        A pending row whose document was forgotten meanwhile is simply dropped.
+        """
+        if not self.vectors_enabled:
+            return []
+        repaired: list[str] = []
+        with self.db.locked():
+            for document_id in self.pending_vector_documents():
+                doc = self._document_or_none(document_id)
+                if doc is None:
+                    with self.db.transaction() as con:
+                        con.execute("DELETE FROM vector_pending WHERE collection = 'chunks' AND row_id = ?",
+                                    [document_id])
+                    continue
+                self._retag(doc, doc, [])
+                repaired.append(document_id)
+        return repaired
+
+    def forget_document(self, document_id: str) -> int:
+        """Remove a document, its chunks and their vectors; returns the number of chunks removed."""
+        with self.db.locked():
+            if self._document_or_none(document_id) is None:
+                raise StoreError(f"unknown document {document_id!r}")
+            with self.db.transaction() as con:
+                ids = [r[0] for r in con.execute(
+                    "SELECT chunk_id FROM chunks WHERE document_id = ?", [document_id]).fetchall()]
+                con.execute("DELETE FROM chunks WHERE document_id = ?", [document_id])
+                con.execute("DELETE FROM documents WHERE document_id = ?", [document_id])
+                con.execute("DELETE FROM origins WHERE table_name = 'documents' AND row_id = ?", [document_id])
+                con.execute("DELETE FROM vector_pending WHERE collection = 'chunks' AND row_id = ?", [document_id])
+            # If Chroma fails here the rows are already gone; the VectorIndexError says `kscout reindex`
+            # (which rebuilds every collection from DuckDB) removes the leftover vectors.
+            self._vector_delete("chunks", ids)
+        return len(ids)
+
+    def _document_or_none(self, document_id: str) -> Optional[Document]:
+        found = self.db.query("SELECT * FROM documents WHERE document_id = ?", [document_id])
+        return R.document_from_row(found[0]) if found else None
 
     def _document_sha(self, document_id: str) -> Optional[str]:
         found = self.db.query("SELECT sha256 FROM documents WHERE document_id = ?", [document_id])

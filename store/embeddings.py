@@ -27,9 +27,6 @@ MODEL_DIM = 384
 # Attention and the dense layers scale with length: 128 instead of the model's 256 halves ingest time
 # on 2 cores (163 shipped chunks: 18 s -> 9 s) at unchanged recall@5 on the shipped question set.
 MAX_SEQ_TOKENS = 128
-# Up to this many texts run in numpy (a query, a failure message); more go through torch, whose fused
-# GELU and attention are several times faster on a batch and whose ~1 s import a batch amortises.
-SMALL_BATCH = 16
 
 OnProgress = Callable[[int, int], None]  # (texts embedded, texts to embed)
 
@@ -51,14 +48,6 @@ def _load_model() -> Any:
         return _model
 
 
-def _batch_engine() -> str:
-    try:
-        import torch  # noqa: F401
-    except ImportError:  # a machine without torch still embeds, only slower
-        return "numpy"
-    return "torch"
-
-
 class Embedder:
     """Texts -> unit-length float32 vectors (cosine distance = 1 - dot). Counts its model calls."""
 
@@ -71,9 +60,12 @@ class Embedder:
 
     def load(self) -> None:
         """Load the model (and torch, for batches) now, so a progress bar can say so."""
-        _load_model()
-        if _batch_engine() == "torch":
+        from store.minilm import _has_torch
+
+        if _has_torch():  # what ingest batches run on; a machine without torch embeds in numpy
             _load_model().encode(["warm up"], engine="torch")
+        else:
+            _load_model()
 
     def encode(self, texts: Sequence[str], on_progress: Optional[OnProgress] = None) -> list[list[float]]:
         if not texts:
@@ -81,8 +73,8 @@ class Embedder:
         model = _load_model()
         self.model_calls += 1
         self.texts_encoded += len(texts)
-        engine = "numpy" if len(texts) <= SMALL_BATCH else _batch_engine()
-        vectors = model.encode(list(texts), engine=engine, on_batch=on_progress)
+        # A query runs in numpy (no torch import on the ask path); a batch in torch (store/minilm.py).
+        vectors = model.encode(list(texts), engine="auto", on_batch=on_progress)
         return [v.tolist() for v in vectors]
 
 
