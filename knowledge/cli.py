@@ -117,6 +117,15 @@ def _report_table(report: IngestReport):
     return table
 
 
+def _refresh_index(store, files=None) -> None:
+    """Leave the search index `ask` reads built, so the next question starts warm (knowledge/index.py)."""
+    changed = {FileStatus.added, FileStatus.replaced, FileStatus.retagged, FileStatus.repaired}
+    if files is None or any(f.status in changed for f in files):
+        from knowledge.index import corpus_for
+
+        corpus_for(store)
+
+
 def _needs_model(store, count: int) -> bool:
     return store.vectors_enabled and count > 0
 
@@ -162,6 +171,7 @@ def ingest_cmd(
                 progress.loading_model(store)
             for _, job in jobs:
                 reports.append(job(progress.on_file, progress.on_chunks))
+        _refresh_index(store, [f for r in reports for f in r.files])
     report = IngestReport(files=tuple(f for r in reports for f in r.files), duration_s=sum(r.duration_s for r in reports))
     if as_json:
         _emit_json({
@@ -190,7 +200,7 @@ def ask_cmd(
     from knowledge.render import render_answer
     from knowledge.retrieve import ask, load_builtin_if_empty
 
-    with _open_store(store_dir) as store:
+    with _open_store(store_dir) as store, store.session():  # one DuckDB open for the whole answer
         if not store.documents():  # a new store: load the shipped docs first, visibly
             from knowledge.ingest import builtin_documents
 
@@ -275,6 +285,7 @@ def retag_cmd(
                            source_url=source_url, doc_version=doc_version, kind=kind, origin=origin)
     with _open_store(store_dir) as store:
         results = [retag(store, ref, changes) for ref in documents]
+        _refresh_index(store)
     if as_json:
         _emit_json({"documents": [{"document_id": d.document_id, "status": s, "document": d.model_dump(mode="json")}
                                   for d, s in results]})
@@ -294,6 +305,7 @@ def forget_cmd(
 
     with _open_store(store_dir) as store:
         removed = [forget(store, ref) for ref in documents]
+        _refresh_index(store)
     if as_json:
         _emit_json({"forgotten": [{"document_id": d.document_id, "source": d.source, "chunks": n} for d, n in removed]})
         return

@@ -433,15 +433,12 @@ def ask(store, question: str, *, device: Optional[str] = None, op: Optional[str]
         raise RetrievalError("the question is empty")
     if k < 1:
         raise RetrievalError(f"--k must be at least 1, got {k}")
-    with one_connection(store):
-        documents = store.documents()
-    if not documents:
-        documents = load_builtin_if_empty(store)
     from store.minilm import one_blas_thread
 
     # One DuckDB open for every read of the answer (each costs 20-100 ms); one BLAS thread for its tiny
     # matrix products (two threads contending with other processes cost seconds, not milliseconds).
     with one_connection(store), one_blas_thread():
+        documents = store.documents() or load_builtin_if_empty(store)
         corpus = corpus_for(store, documents)
         corpus.imported = _provenance(store, "documents", list(corpus.documents))
         facets = resolve_facets(question, corpus, device, op)

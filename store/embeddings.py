@@ -135,8 +135,15 @@ class EmbeddingCache:
         return Embedded([found[s] for s in shas], new_rows)
 
     def save(self, con, embedded: "Embedded") -> None:
-        if embedded.new_rows:  # a racing process may have cached the same text: keep either
-            con.executemany("INSERT OR IGNORE INTO embeddings VALUES (?, ?, ?, ?, ?)", embedded.new_rows)
+        """The new cache rows in one statement (executemany of vector rows is ~10x slower); a racing
+        process may have cached the same text: either row is the same vector."""
+        rows = embedded.new_rows
+        if not rows:
+            return
+        con.execute(
+            "INSERT OR IGNORE INTO embeddings SELECT ?, unnest(?::VARCHAR[]), ?, unnest(?::FLOAT[][]), ?",
+            [rows[0][0], [r[1] for r in rows], rows[0][2], [r[3] for r in rows], rows[0][4]],
+        )
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         embedded = self.prepare(texts)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import struct
 import threading
 from pathlib import Path
@@ -53,6 +54,29 @@ def one_blas_thread():
     except ImportError:
         return _nothing()
     return threadpool_limits(1, user_api="blas")
+
+
+class _torch_threads:
+    """Torch's threads for one batch: every core on an idle machine, one when the machine is already
+    busy. Measured on 2 cores at load ~7: 48 chunks took 3.7 s on one thread and 6.3 s on two, which
+    spin against other processes instead of computing."""
+
+    def __enter__(self):
+        import torch
+
+        self._torch = torch
+        self._before = torch.get_num_threads()
+        cores = os.cpu_count() or 1
+        try:
+            busy = os.getloadavg()[0] >= cores
+        except OSError:
+            busy = False
+        torch.set_num_threads(1 if busy else cores)
+        return None
+
+    def __exit__(self, *exc):
+        self._torch.set_num_threads(self._before)
+        return False
 
 
 class _nothing:
@@ -215,7 +239,11 @@ class MiniLM:
         order = sorted(range(len(texts)), key=lambda i: -len(encodings[i].ids))
         ops, weights = self._backend(engine)
         small = sum(len(e.ids) for e in encodings) <= NUMPY_MAX_TOKENS
-        with one_blas_thread() if engine == "numpy" and small else _nothing():
+        if engine == "numpy":
+            limit = one_blas_thread() if small else _nothing()
+        else:
+            limit = _torch_threads()
+        with limit:
             done = 0
             for start in range(0, len(order), batch_size):
                 rows = order[start:start + batch_size]
