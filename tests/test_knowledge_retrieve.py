@@ -324,3 +324,22 @@ def test_both_question_sets_meet_their_recall_and_mrr_targets(mixed):
         questions = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         out = evaluate(mixed, questions)
         assert out["recall_at_5"] >= 0.95 and out["mrr"] >= 0.85, (path.name, out["_misses"])
+
+
+def test_kscout_ask_in_a_fresh_process_imports_no_torch_no_chromadb_no_docutils(home):
+    import os
+    import subprocess
+    import sys
+
+    script = ("import json, sys\n"
+              "from agent.cli import main\n"
+              "main(['ask', 'how much shared memory per SM does an H100 have', '--store', sys.argv[1], '--json'])\n"
+              "heavy = ['torch', 'sentence_transformers', 'transformers', 'chromadb', 'docutils', 'scipy']\n"
+              "print(json.dumps({m: m in sys.modules for m in heavy}), file=sys.stderr)\n")
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", script, str(home)], capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, PYTHONPATH=str(root)))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout)["documents"]
+    assert json.loads(out.stderr.strip().splitlines()[-1]) == dict.fromkeys(
+        ["torch", "sentence_transformers", "transformers", "chromadb", "docutils", "scipy"], False)
