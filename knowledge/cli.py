@@ -188,6 +188,22 @@ def ingest_cmd(
         raise SystemExit(1)
 
 
+def ensure_shipped_docs(store) -> None:
+    """A new store gets the shipped hwdocs before its first answer, under a progress bar on stderr
+    (embedding them takes tens of seconds on 2 cores; silence looked like a hang). Commands that
+    answer from the store (ask here; `optimize` builds prompt context) call this first."""
+    if store.documents():
+        return
+    from knowledge.ingest import builtin_documents
+    from knowledge.retrieve import load_builtin_if_empty
+
+    with _IngestProgress(len(builtin_documents()), label="first use: loading the shipped docs",
+                         always=True) as progress:
+        if store.vectors_enabled:
+            progress.loading_model(store)
+        load_builtin_if_empty(store, progress.on_file, progress.on_chunks)
+
+
 def ask_cmd(
     question: Annotated[str, typer.Argument(help="A question in plain language.")],
     device: Annotated[Optional[str], typer.Option(help="Restrict to a device (aliases understood).")] = None,
@@ -198,17 +214,10 @@ def ask_cmd(
 ) -> None:
     """What past runs measured and what the documents say, for one question."""
     from knowledge.render import render_answer
-    from knowledge.retrieve import ask, load_builtin_if_empty
+    from knowledge.retrieve import ask
 
     with _open_store(store_dir) as store, store.session():  # one DuckDB open for the whole answer
-        if not store.documents():  # a new store: load the shipped docs first, visibly
-            from knowledge.ingest import builtin_documents
-
-            with _IngestProgress(len(builtin_documents()), label="first use: loading the shipped docs",
-                                 always=True) as progress:
-                if store.vectors_enabled:
-                    progress.loading_model(store)
-                load_builtin_if_empty(store, progress.on_file, progress.on_chunks)
+        ensure_shipped_docs(store)
         result = ask(store, question, device=device, op=op, k=k)
     if as_json:
         _emit_json(result.to_json_obj())
