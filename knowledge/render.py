@@ -30,7 +30,7 @@ def _who(doc: DocumentHit) -> str:
         own = f"; own measurements: {doc.measurements}" if doc.measurements else ""
         return f"project note{own}"
     if doc.origin is DocumentOrigin.vendor:
-        return f"{doc.vendor or 'vendor'} document"
+        return f"vendor document ({doc.vendor})" if doc.vendor else "vendor document"
     return "external document"
 
 
