@@ -2,15 +2,24 @@
 
 Public API (everything else is internal):
 
-    knowledge.ingest.ingest_paths(store, paths, IngestOptions(...), on_file=None) -> IngestReport
-    knowledge.ingest.ingest_builtin(store, on_file=None) -> IngestReport      the shipped hwdocs
+    knowledge.ingest.ingest_paths(store, paths, IngestOptions(...), on_file=None, on_chunks=None) -> IngestReport
+        Markdown (YAML/MyST front matter kept as metadata), reStructuredText (docutils), HTML, text, PDF;
+        any vendor or device name (normalised); files written in batches; statuses added | replaced |
+        unchanged | retagged (same bytes, new tags: no re-embedding) | repaired | failed | skipped
+    knowledge.ingest.ingest_builtin(store, on_file=None, on_chunks=None) -> IngestReport   the shipped hwdocs
     knowledge.retrieve.ask(store, question, device=None, op=None, k=5) -> AskResult
-        loads the shipped hwdocs first when the store has no documents at all
+        intent (worked | failed | how-to | fact) decides the outcomes and failure patterns shown; hits carry
+        excerpt, location (file or URL with anchor), vendor, version, origin (vendor | project | external)
+        and, for rows imported from another store, whose they are. Loads the hwdocs into an empty store.
     knowledge.context.build_context(store, problem, device_name, arch, token_budget=2000)
         -> KnowledgeContext with .render() -> str and .seed_hints() -> list[dict]
     knowledge.aliases.parse_query(question) -> QueryFacets   (devices, ops, vendors, dtypes, archs)
+    knowledge.manage.retag(store, ref, RetagChanges(...)) / forget(store, ref)
+    knowledge.sharing.export_bundle(store, out, team=None) / import_bundle(store, bundle) -> ImportReport
+    knowledge.index.corpus_for(store)   the saved search index `ask` reads (rebuilt when documents change)
 
-CLI (knowledge/cli.py): `kscout ingest`, `ask`, `docs`, `reindex`.
-Benchmark: `python -m knowledge.bench quality|scale|all`.
+CLI (knowledge/cli.py): `kscout ingest`, `ask`, `docs`, `reindex`, `retag`, `forget`,
+`kscout knowledge export|import`.
+Benchmark: `python -m knowledge.bench quality|latency|scale|all`.
 Errors: knowledge.errors (IngestError, FrontMatterError, RetrievalError), all KscoutErrors.
 """

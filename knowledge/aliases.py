@@ -224,6 +224,67 @@ def vendor_of_arch(arch: str) -> Optional[str]:
     return None
 
 
+# -- open vendor and device names ------------------------------------------------------------------
+
+# Names people write for a vendor, mapped to the short name documents and filters share. Any other
+# name is accepted as a new vendor (normalised the same way): new chips come from new vendors.
+_VENDOR_ALIASES: dict[str, str] = {
+    "advanced micro devices inc": "amd",
+    "nvidia": "nvidia", "nvidia corporation": "nvidia", "nvda": "nvidia",
+    "amd": "amd", "advanced micro devices": "amd", "ati": "amd", "xilinx": "amd",
+    "meta": "meta", "meta platforms": "meta", "facebook": "meta",
+    "intel": "intel", "habana": "intel", "habana labs": "intel",
+    "google": "google", "alphabet": "google",
+    "generic": "generic", "none": "generic", "any": "generic",
+}
+_COMPANY_SUFFIX = re.compile(r"[\s,]+(?:inc|incorporated|corp|corporation|co|ltd|limited|llc|gmbh|ag|plc)\.?$",
+                             re.IGNORECASE)
+_NAME_OK = re.compile(r"^[\w][\w .,+&/()-]*$")
+
+
+def normalize_vendor(name: str) -> str:
+    """One spelling per vendor: "NVIDIA Corporation" -> nvidia, "Tenstorrent  Inc." -> tenstorrent.
+
+    Known names go through the alias table; any other becomes lower case with runs of spaces, dots and
+    underscores turned into one "-". Raises ValueError for an empty or unprintable name.
+    """
+    raw = " ".join(str(name).split())
+    if not raw or len(raw) > 64 or not _NAME_OK.match(raw):
+        raise ValueError(f"vendor name {name!r} must be 1-64 letters, digits, spaces or .,+&/()-")
+    bare = _COMPANY_SUFFIX.sub("", raw).strip().lower()
+    bare = _COMPANY_SUFFIX.sub("", bare).strip()  # "Foo Co. Ltd."
+    if bare in _VENDOR_ALIASES:
+        return _VENDOR_ALIASES[bare]
+    return re.sub(r"[\s._]+", "-", bare).strip("-") or raw.lower()
+
+
+def normalize_device(name: str) -> str:
+    """One spelling per device: a known alias keeps the name as written but in canonical case
+    ("h100 sxm" -> "H100 SXM"); an unknown model code ("mi355x", "gaudi3") goes to upper case; other
+    names only lose extra spaces. Comparisons stay case-insensitive either way.
+    """
+    raw = " ".join(str(name).split())
+    if not raw or len(raw) > 64 or not _NAME_OK.match(raw):
+        raise ValueError(f"device name {name!r} must be 1-64 letters, digits, spaces or .,+&/()-")
+    known = _scan(raw, _DEVICES + _DEVICES_NAME_ONLY)
+    if len(known) == 1 and known[0].upper() == raw.upper():
+        return known[0]
+    has_digit = any(ch.isdigit() for ch in raw)
+    if has_digit and (known or " " not in raw) and any(ch.isalpha() for ch in raw):
+        return raw.upper()  # model codes: "mi355x" -> MI355X, "h100 sxm" -> H100 SXM
+    return raw
+
+
+def normalize_devices(names: Iterable[str]) -> tuple[str, ...]:
+    """Normalised, without case-insensitive repeats, in the order given."""
+    out: list[str] = []
+    for name in names:
+        d = normalize_device(name)
+        if d.upper() not in {o.upper() for o in out}:
+            out.append(d)
+    return tuple(out)
+
+
 def parse_query(question: str, *, extra_devices: Iterable[str] = ()) -> QueryFacets:
     """What a question says about devices, ops, vendors and dtypes (each canonical, in order seen)."""
     devices = canonical_devices(question, extra_devices)

@@ -1,8 +1,12 @@
-"""`kscout ingest`, `ask`, `docs`, `reindex`: parse the options, call one library function, render.
+"""`kscout ingest`, `ask`, `docs`, `reindex`, `retag`, `forget`, `knowledge export|import`.
 
-`--json` prints exactly one JSON object on stdout; progress goes to stderr, so it never mixes in.
-A failed file makes `ingest` exit 1 through SystemExit: `typer.Exit` would only be returned by
-the `standalone_mode=False` app that agent/cli.py runs, and its code would be lost.
+Each command parses its options, calls one library function and renders. `--json` prints exactly one
+JSON object on stdout; progress goes to stderr, so it never mixes in. A failed file makes `ingest` exit
+1 through SystemExit: `typer.Exit` would only be returned by the `standalone_mode=False` app that
+agent/cli.py runs, and its code would be lost.
+
+This module imports nothing heavy at import time (no torch, no chromadb, no docutils): `kscout ask`
+in a fresh process should spend its time answering, not importing.
 """
 
 from __future__ import annotations
@@ -13,83 +17,161 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
-from rich.markup import escape as esc
-from rich.table import Table
 
 from knowledge.errors import KnowledgeError
-from knowledge.ingest import IngestOptions, discover, ingest_builtin, ingest_files
 from knowledge.records import FileStatus, IngestReport
-from store.records import ChunkKind
+from store.records import ChunkKind, DocumentOrigin
 
 PROGRESS_MIN_FILES = 5
+PROGRESS_MIN_CHUNKS = 64
 
 StoreOpt = Annotated[Optional[Path], typer.Option("--store", help="Store folder (default: $KSCOUT_HOME).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
 
 
+def _console(stderr: bool = False):
+    from rich.console import Console
+
+    return Console(stderr=stderr)
+
+
+def _esc(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
 def _open_store(home: Optional[Path]):
     from store import Store
 
-    return Store.open(home)
+    store = Store.open(home)
+    if store.vector_repair_error:
+        _console(stderr=True).print(f"[yellow]warning:[/] vectors owed since a crash could not be written yet: "
+                                    f"{_esc(store.vector_repair_error)}")
+    return store
 
 
 def _emit_json(obj: dict) -> None:
     sys.stdout.write(json.dumps(obj, default=str) + "\n")
 
 
-def _with_progress(total: int, run):
-    """Run `run(on_file)` under a rich progress bar on stderr when the job is long enough to want one."""
-    if total < PROGRESS_MIN_FILES:
-        return run(None)
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+class _IngestProgress:
+    """A progress bar on stderr: files done, and the chunks of a file being embedded when it is big
+    (a 50 MB file is one file of thousands of chunks; without the second bar it looks hung)."""
 
-    with Progress(TextColumn("ingest"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TextColumn("{task.description}"), console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task("", total=total)
+    def __init__(self, total_files: int, label: str = "ingest", always: bool = False) -> None:
+        self.total_files = total_files
+        self.label = label
+        self.enabled = always or total_files >= PROGRESS_MIN_FILES
+        self._bar = None
+        self._files = None
+        self._chunks = None
 
-        def on_file(done: int, _total: int, result) -> None:
-            bar.update(task, completed=done, description=Path(result.path).name)
+    def __enter__(self) -> "_IngestProgress":
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        return run(on_file)
+        self._bar = Progress(TextColumn("{task.fields[label]}"), BarColumn(), MofNCompleteColumn(),
+                             TimeElapsedColumn(), TextColumn("{task.description}"), console=_console(stderr=True),
+                             transient=True)
+        self._bar.__enter__()
+        if self.enabled:
+            self._files = self._bar.add_task("", total=self.total_files, label=self.label)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._bar.__exit__(*exc)
+
+    def loading_model(self, store) -> None:
+        """The first embedding in a process loads torch and the model: say so rather than sit still."""
+        if self._files is not None:
+            self._bar.update(self._files, description="loading the embedding model")
+        store.embedder.load()
+        if self._files is not None:
+            self._bar.update(self._files, description="")
+
+    def on_file(self, done: int, _total: int, result) -> None:
+        if self._files is not None:
+            self._bar.update(self._files, completed=done, description=Path(result.path).name)
+        if self._chunks is not None:
+            self._bar.remove_task(self._chunks)
+            self._chunks = None
+
+    def on_chunks(self, name: str, done: int, total: int) -> None:
+        if total < PROGRESS_MIN_CHUNKS:
+            return
+        if self._chunks is None:
+            self._chunks = self._bar.add_task(Path(name).name, total=total, label="  chunks")
+        self._bar.update(self._chunks, completed=done)
 
 
-def _report_table(report: IngestReport) -> Table:
+def _report_table(report: IngestReport):
+    from rich.table import Table
+
     table = Table(title="ingest")
-    for col in ("file", "status", "chunks", "reason"):
+    for col in ("file", "status", "chunks", "reason or note"):
         table.add_column(col, overflow="fold")
     style = {FileStatus.failed: "red", FileStatus.skipped: "yellow", FileStatus.unchanged: "dim"}
     for f in report.files:
-        table.add_row(esc(f.path), f"[{style.get(f.status, 'green')}]{f.status.value}[/]", str(f.chunks),
-                      esc(f.reason or ""))
+        why = "; ".join(([f.reason] if f.reason else []) + list(f.notes))
+        table.add_row(_esc(f.path), f"[{style.get(f.status, 'green')}]{f.status.value}[/]", str(f.chunks), _esc(why))
     return table
+
+
+def _refresh_index(store, files=None) -> None:
+    """Leave the search index `ask` reads built, so the next question starts warm (knowledge/index.py)."""
+    changed = {FileStatus.added, FileStatus.replaced, FileStatus.retagged, FileStatus.repaired}
+    if files is None or any(f.status in changed for f in files):
+        from knowledge.index import corpus_for
+
+        corpus_for(store)
+
+
+def _needs_model(store, count: int) -> bool:
+    return store.vectors_enabled and count > 0
 
 
 def ingest_cmd(
     paths: Annotated[Optional[list[Path]], typer.Argument(help="Files or folders (recursive).")] = None,
-    vendor: Annotated[Optional[str], typer.Option(help="nvidia | amd | meta | intel | generic")] = None,
+    vendor: Annotated[Optional[str], typer.Option(help="Any vendor name (normalised: 'AMD Inc.' -> amd).")] = None,
     device: Annotated[Optional[list[str]], typer.Option("--device", help="Device the documents describe (repeatable).")] = None,
-    source_url: Annotated[Optional[str], typer.Option("--source-url")] = None,
+    source_url: Annotated[Optional[str], typer.Option("--source-url", help="The file's URL, or the URL a folder is published at (each file gets its own).")] = None,
     doc_version: Annotated[Optional[str], typer.Option("--doc-version")] = None,
     kind: Annotated[Optional[ChunkKind], typer.Option("--kind")] = None,
+    origin: Annotated[Optional[DocumentOrigin], typer.Option("--origin", help="vendor | project (your team's own notes and measurements) | external")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Parse and write again even when the bytes are unchanged (unchanged text is not re-embedded).")] = False,
+    max_chunks: Annotated[int, typer.Option("--max-chunks", help="Keep at most this many chunks of one file.")] = 2000,
     builtin: Annotated[bool, typer.Option("--builtin", help="Load the shipped hwdocs.")] = False,
     store_dir: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Ingest Markdown, text, HTML and PDF documents (a header in the file wins over these options)."""
+    """Ingest Markdown, reStructuredText, text, HTML and PDF documents (a header in the file wins)."""
+    from knowledge.ingest import IngestOptions, builtin_documents, discover, ingest_builtin, ingest_files
+
     if not paths and not builtin:
         raise KnowledgeError("nothing to ingest: give one or more PATHs, or --builtin")
+    if max_chunks < 1:
+        raise KnowledgeError(f"--max-chunks must be at least 1, got {max_chunks}")
     options = IngestOptions(vendor=vendor, devices=tuple(device or ()), source_url=source_url,
-                            doc_version=doc_version, kind=kind)
-    with _open_store(store_dir) as store:
-        reports = []
-        if builtin:
-            from knowledge.ingest import builtin_documents
+                            doc_version=doc_version, kind=kind, origin=origin, force=force, max_chunks=max_chunks)
+    if options.vendor:  # refuse a bad name before anything is read or written
+        from knowledge.frontmatter import check_vendor
 
-            reports.append(_with_progress(len(builtin_documents()), lambda cb: ingest_builtin(store, cb)))
+        options = options.model_copy(update={"vendor": check_vendor(options.vendor)})
+    reports = []
+    with _open_store(store_dir) as store:
+        jobs = []
+        if builtin:
+            jobs.append((len(builtin_documents()), lambda f, c: ingest_builtin(store, f, c, force=force)))
         if paths:
             items = discover(list(paths))
-            reports.append(_with_progress(len(items), lambda cb: ingest_files(store, items, options, cb)))
+            jobs.append((len(items), lambda f, c, items=items: ingest_files(store, items, options, f, c)))
+        total = sum(n for n, _ in jobs)
+        with _IngestProgress(total) as progress:
+            if progress.enabled and _needs_model(store, total):
+                progress.loading_model(store)
+            for _, job in jobs:
+                reports.append(job(progress.on_file, progress.on_chunks))
+        _refresh_index(store, [f for r in reports for f in r.files])
     report = IngestReport(files=tuple(f for r in reports for f in r.files), duration_s=sum(r.duration_s for r in reports))
     if as_json:
         _emit_json({
@@ -98,12 +180,28 @@ def ingest_cmd(
             "duration_s": report.duration_s,
         })
     else:
-        console = Console()
+        console = _console()
         console.print(_report_table(report))
         counts = ", ".join(f"{report.count(s)} {s.value}" for s in FileStatus if report.count(s))
         console.print(f"{len(report.files)} file(s): {counts} in {report.duration_s:.1f} s")
     if report.failed:
         raise SystemExit(1)
+
+
+def ensure_shipped_docs(store) -> None:
+    """A new store gets the shipped hwdocs before its first answer, under a progress bar on stderr
+    (embedding them takes tens of seconds on 2 cores; silence looked like a hang). Commands that
+    answer from the store (ask here; `optimize` builds prompt context) call this first."""
+    if store.documents():
+        return
+    from knowledge.ingest import builtin_documents
+    from knowledge.retrieve import load_builtin_if_empty
+
+    with _IngestProgress(len(builtin_documents()), label="first use: loading the shipped docs",
+                         always=True) as progress:
+        if store.vectors_enabled:
+            progress.loading_model(store)
+        load_builtin_if_empty(store, progress.on_file, progress.on_chunks)
 
 
 def ask_cmd(
@@ -115,75 +213,113 @@ def ask_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """What past runs measured and what the documents say, for one question."""
+    from knowledge.render import render_answer
     from knowledge.retrieve import ask
 
-    with _open_store(store_dir) as store:
+    with _open_store(store_dir) as store, store.session():  # one DuckDB open for the whole answer
+        ensure_shipped_docs(store)
         result = ask(store, question, device=device, op=op, k=k)
     if as_json:
         _emit_json(result.to_json_obj())
         return
-    console = Console()
-    f = result.facets
-    console.print(esc(f"devices={list(f.devices)} ops={list(f.ops)} vendors={list(f.vendors)} dtypes={list(f.dtypes)}"),
-                  style="dim")
-    out = Table(title="outcomes")
-    for col in ("tried", "result", "where", "when", "evidence"):
-        out.add_column(col, overflow="fold")
-    for o in result.outcomes:
-        speed = "not measured" if o.speedup is None else f"{o.speedup:.2f}x"
-        if o.speedup_low is not None and o.speedup_high is not None:
-            speed += f" [{o.speedup_low:.2f}, {o.speedup_high:.2f}]"
-        result_text = f"{speed} vs {o.baseline}, {o.status}"
-        where = f"{o.op_family} on {o.device_name} ({o.arch}), {o.dtype}, {o.shape_bucket}"
-        when = f"{o.created_at[:10]}, triton {o.triton_version}, torch {o.torch_version}" + (
-            f", driver {o.driver_version}" if o.driver_version else "")
-        out.add_row(*(esc(x) for x in (o.transformation, result_text, where, when, ", ".join(o.evidence_eval_ids))))
-    console.print(out if result.outcomes else "[dim]no outcomes recorded for this question[/]")
-    docs = Table(title="documents")
-    for col in ("#", "document > section", "excerpt", "source"):
-        docs.add_column(col, overflow="fold")
-    for i, d in enumerate(result.documents, start=1):
-        body = d.text.partition("\n\n")[2] or d.text
-        excerpt = " ".join(body.split())
-        excerpt = excerpt if len(excerpt) <= 240 else excerpt[:239] + "…"
-        section = " > ".join(d.heading_path[1:] or d.heading_path)
-        source = (d.source_url or d.source) + (f" ({d.doc_version})" if d.doc_version else "")
-        title = f"{esc(d.title)}\n[dim]> {esc(section)}[/]" if section else esc(d.title)
-        docs.add_row(str(i), title, esc(excerpt), esc(source))
-    console.print(docs if result.documents else "[dim]no documents matched[/]")
+    render_answer(_console(), result)
 
 
 def docs_cmd(store_dir: StoreOpt = None, as_json: JsonOpt = False) -> None:
-    """The ingested documents and their provenance."""
+    """The ingested documents, their provenance, and the vendors and devices they cover."""
+    from rich.table import Table
+
+    from knowledge.retrieve import catalogue
+
     with _open_store(store_dir) as store:
         documents = store.documents()
     documents = sorted(documents, key=lambda d: (not d.builtin, d.title.lower()))
+    vendors, devices = catalogue(documents)
     if as_json:
-        _emit_json({"documents": [d.model_dump(mode="json") for d in documents]})
+        _emit_json({"documents": [d.model_dump(mode="json") for d in documents],
+                    "vendors": vendors, "devices": devices})
         return
     table = Table(title=f"{len(documents)} document(s)")
-    for col in ("document", "kind, vendor, version", "devices", "url, sha256, ingested"):
+    for col in ("document", "origin, kind, vendor, version", "devices", "url, sha256, ingested"):
         table.add_column(col, overflow="fold")
     for d in documents:
-        facts = ", ".join(x for x in (d.kind.value, d.vendor, d.doc_version) if x)
-        prov = "\n".join(x for x in (d.source_url, f"sha256 {d.sha256[:12]}", d.ingested_at[:19]) if x)
-        table.add_row(f"{esc(d.title)}\n[dim]{esc(d.source)}[/]", esc(facts), esc(", ".join(d.devices)), esc(prov))
-    Console().print(table)
+        facts = ", ".join(x for x in (d.origin.value, d.kind.value, d.vendor, d.doc_version) if x)
+        prov = "\n".join(x for x in (d.source_url, f"sha256 {d.sha256[:12]}", d.ingested_at[:19],
+                                     f"retagged {d.retagged_at[:19]}" if d.retagged_at else None) if x)
+        table.add_row(f"{_esc(d.title)}\n[dim]{_esc(d.source)} ({d.document_id})[/]", _esc(facts),
+                      _esc(", ".join(d.devices)), _esc(prov))
+    console = _console()
+    console.print(table)
+    console.print("vendors: " + (", ".join(f"{_esc(v)} ({n})" for v, n in vendors.items()) or "none"))
+    console.print("devices: " + (", ".join(f"{_esc(v)} ({n})" for v, n in devices.items()) or "none"))
 
 
 def reindex_cmd(store_dir: StoreOpt = None, as_json: JsonOpt = False) -> None:
-    """Rebuild the vector index (Chroma) from the DuckDB rows."""
+    """Rebuild the vector index (Chroma) from the DuckDB rows (a damaged Chroma folder is moved aside)."""
+    from rich.table import Table
+
     with _open_store(store_dir) as store:
         counts = store.reindex()
+        moved = store.damaged_chroma_moved_to
     if as_json:
-        _emit_json({"counts": counts})
+        _emit_json({"counts": counts, "damaged_chroma_moved_to": str(moved) if moved else None})
         return
+    console = _console()
+    if moved:
+        console.print(f"[yellow]the Chroma folder was damaged; moved aside to {_esc(str(moved))} and rebuilt[/]")
     table = Table(title="reindexed")
     table.add_column("collection")
     table.add_column("vectors", justify="right")
     for name, n in counts.items():
-        table.add_row(esc(name), str(n))
-    Console().print(table)
+        table.add_row(_esc(name), str(n))
+    console.print(table)
+
+
+def retag_cmd(
+    documents: Annotated[list[str], typer.Argument(help="Document ids (a unique prefix), file paths or file names.")],
+    vendor: Annotated[Optional[str], typer.Option(help="The vendor (any name, normalised).")] = None,
+    device: Annotated[Optional[list[str]], typer.Option("--device", help="Devices (repeatable); replaces the list.")] = None,
+    no_devices: Annotated[bool, typer.Option("--no-devices", help="The documents name no device (apply to all).")] = False,
+    source_url: Annotated[Optional[str], typer.Option("--source-url")] = None,
+    doc_version: Annotated[Optional[str], typer.Option("--doc-version")] = None,
+    kind: Annotated[Optional[ChunkKind], typer.Option("--kind")] = None,
+    origin: Annotated[Optional[DocumentOrigin], typer.Option("--origin")] = None,
+    store_dir: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Correct documents' provenance in place: rows and vector metadata change, nothing is re-embedded."""
+    from knowledge.manage import RetagChanges, retag
+
+    changes = RetagChanges(vendor=vendor, devices=tuple(device) if device else (() if no_devices else None),
+                           source_url=source_url, doc_version=doc_version, kind=kind, origin=origin)
+    with _open_store(store_dir) as store:
+        results = [retag(store, ref, changes) for ref in documents]
+        _refresh_index(store)
+    if as_json:
+        _emit_json({"documents": [{"document_id": d.document_id, "status": s, "document": d.model_dump(mode="json")}
+                                  for d, s in results]})
+        return
+    for d, status in results:
+        _console().print(f"{status}: {_esc(d.title)} ({d.document_id}) vendor={d.vendor} devices={list(d.devices)} "
+                         f"version={d.doc_version} origin={d.origin.value}")
+
+
+def forget_cmd(
+    documents: Annotated[list[str], typer.Argument(help="Document ids (a unique prefix), file paths or file names.")],
+    store_dir: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Remove documents, their chunks and their vectors from the store."""
+    from knowledge.manage import forget
+
+    with _open_store(store_dir) as store:
+        removed = [forget(store, ref) for ref in documents]
+        _refresh_index(store)
+    if as_json:
+        _emit_json({"forgotten": [{"document_id": d.document_id, "source": d.source, "chunks": n} for d, n in removed]})
+        return
+    for d, n in removed:
+        _console().print(f"forgot {_esc(d.title)} ({d.document_id}, {_esc(d.source)}): {n} chunk(s) and their vectors")
 
 
 def register(app: typer.Typer) -> None:
@@ -191,3 +327,8 @@ def register(app: typer.Typer) -> None:
     app.command("ask")(ask_cmd)
     app.command("docs")(docs_cmd)
     app.command("reindex")(reindex_cmd)
+    app.command("retag")(retag_cmd)
+    app.command("forget")(forget_cmd)
+    from knowledge.sharing_cli import knowledge_app
+
+    app.add_typer(knowledge_app(), name="knowledge", help="Share knowledge between stores: export and import bundles.")

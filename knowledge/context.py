@@ -21,7 +21,7 @@ from knowledge.aliases import DEVICE_ARCH, canonical_devices, op_with_relatives,
 from knowledge.errors import RetrievalError
 from knowledge.records import DocumentHit, QueryFacets, Record
 from knowledge.retrieve import corpus_for, documents_or_builtin, one_connection, rank_chunks, rank_outcomes
-from store.records import ChunkKind, FailurePattern, OutcomeRecord
+from store.records import ChunkKind, DocumentOrigin, FailurePattern, OutcomeRecord
 
 Section = Literal["outcome", "failure", "hardware", "constraint"]
 _TITLES: dict[str, str] = {
@@ -81,7 +81,11 @@ def _render(items, op_family: str, device_name: str, arch: str) -> str:
 
 
 def _doc_source(hit: DocumentHit) -> str:
-    return f"{hit.title}, {hit.source_url}" if hit.source_url else f"{hit.title}, {hit.source}"
+    """A vendor page is cited by its URL; a project note as a project note, so a prompt (and a reader
+    of the report) never takes the project's own summary or measurement for a vendor's statement."""
+    if hit.origin is DocumentOrigin.project:
+        return f"{hit.title}, project note {hit.location}"
+    return f"{hit.title}, {hit.location}"
 
 
 def _doc_text(hit: DocumentHit) -> str:

@@ -6,28 +6,43 @@ and the good files still land. Store errors are not per-file problems and propag
 
 Provenance precedence: the document's own header wins; command-line options only fill what it lacks
 (a shipped header says what its authors checked; a flag is a guess about many files at once).
+
+Identity is the file's real path: a file reached through a symlinked folder, or named twice on the
+command line, is one document. A folder ingested with `--source-url BASE` gives each file its own URL
+(BASE + its path inside the folder, with .md/.rst/.txt turned into .html the way Sphinx and MyST
+publish them), so an answer cites the file, never the folder.
+
+Re-ingesting the same bytes with other provenance (a new --device, a corrected --vendor) retags the
+document without re-embedding anything; `force=True` parses and chunks the file again and re-embeds
+only chunk text that the embeddings cache has never seen.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import stat
 import time
 from pathlib import Path
 from typing import Callable, Iterable, NamedTuple, Optional, Sequence
 
-from knowledge.aliases import DEVICE_VENDOR, canonical_devices
+from knowledge.aliases import DEVICE_VENDOR, canonical_devices, normalize_devices
 from knowledge.chunk import chunk_blocks
 from knowledge.errors import IngestError
 from knowledge.frontmatter import REQUIRED_KEYS, check_vendor
 from knowledge.parse import SUPPORTED_SUFFIXES, parse_bytes
 from knowledge.records import FileResult, FileStatus, IngestReport, Record
-from store.records import Chunk, ChunkKind, Document, utc_now
+from store.records import Chunk, ChunkKind, Document, DocumentOrigin, utc_now
 
 MAX_FILE_BYTES = 64 * 1024 * 1024
+# A 50 MB text file once became 47,000 chunks and ran for minutes before saving anything. Past this
+# many chunks a document keeps its first ones and the ingest summary says how many were left out.
+MAX_CHUNKS_PER_DOCUMENT = 2000
+_PUBLISHED_AS_HTML = {".md", ".markdown", ".myst", ".rst", ".rest", ".txt"}
 
 OnFile = Callable[[int, int, FileResult], None]  # (files done, files total, the latest result)
+OnChunks = Callable[[str, int, int], None]  # (file, chunks embedded, chunks to embed) within one file
 
 
 class IngestOptions(Record):
@@ -38,40 +53,52 @@ class IngestOptions(Record):
     source_url: Optional[str] = None
     doc_version: Optional[str] = None
     kind: Optional[ChunkKind] = None
+    origin: Optional[DocumentOrigin] = None
+    force: bool = False  # parse, chunk and write again even when the bytes are unchanged
+    max_chunks: int = MAX_CHUNKS_PER_DOCUMENT
 
 
 class _Item(NamedTuple):
     path: Path
     result: Optional[FileResult]  # set when the file is already decided (missing, skipped)
+    relative: Optional[str] = None  # its path inside the folder that was named, for per-file URLs
 
 
 def discover(paths: Sequence[Path]) -> list[_Item]:
-    """Files to read, in a stable order; folders recursively, hidden names skipped."""
+    """Files to read, in a stable order; folders recursively (symlinked folders too, each real folder
+    once), hidden names skipped, every real file once however many ways it is reached."""
     items: list[_Item] = []
     seen: set[str] = set()
 
-    def add(p: Path, result: Optional[FileResult] = None) -> None:
-        key = os.path.abspath(p)
+    def add(p: Path, result: Optional[FileResult] = None, relative: Optional[str] = None) -> None:
+        key = os.path.realpath(p) if os.path.exists(p) else os.path.abspath(p)
         if key not in seen:
             seen.add(key)
-            items.append(_Item(p, result))
+            items.append(_Item(p, result, relative))
 
     for p in paths:
+        p = Path(p)
         if not os.path.lexists(p):
             add(p, FileResult(path=str(p), status=FileStatus.failed, reason="no such file or directory"))
         elif p.is_dir():
-            for root, dirs, files in os.walk(p):
+            walked: set[str] = set()
+            for root, dirs, files in os.walk(p, followlinks=True):
+                real = os.path.realpath(root)
+                if real in walked:  # a link back up the tree, or two links to one folder
+                    dirs[:] = []
+                    continue
+                walked.add(real)
                 dirs[:] = sorted(d for d in dirs if not d.startswith("."))
                 for name in sorted(files):
                     if name.startswith("."):
                         continue
                     f = Path(root) / name
-                    regular = f.is_file()
-                    if regular and f.suffix.lower() not in SUPPORTED_SUFFIXES:
+                    relative = os.path.relpath(f, p)
+                    if f.is_file() and f.suffix.lower() not in SUPPORTED_SUFFIXES:
                         reason = f"unsupported file type {f.suffix or '(no extension)'}"
-                        add(f, FileResult(path=str(f), status=FileStatus.skipped, reason=reason))
+                        add(f, FileResult(path=str(f), status=FileStatus.skipped, reason=reason), relative)
                     else:
-                        add(f)  # a FIFO or a broken link fails by name when read
+                        add(f, None, relative)  # a FIFO or a broken link fails by name when read
         else:
             add(p)
     return items
@@ -109,6 +136,16 @@ def _pick_url(sources: Iterable[str]) -> Optional[str]:
     return next((s for s in sources if s.startswith(("http://", "https://"))), sources[0] if sources else None)
 
 
+def file_url(base: str, relative: Optional[str]) -> str:
+    """The URL of one file of a folder published at `base` (see the module doc)."""
+    if relative is None:
+        return base
+    rel = Path(relative)
+    if rel.suffix.lower() in _PUBLISHED_AS_HTML:
+        rel = rel.with_suffix(".html")
+    return base.rstrip("/") + "/" + rel.as_posix()
+
+
 def build_document(
     data: bytes,
     *,
@@ -117,21 +154,43 @@ def build_document(
     identity: str,
     options: IngestOptions,
     builtin: bool = False,
-) -> tuple[Document, list[Chunk]]:
-    """Parse and chunk one file's bytes into the rows the store keeps. Raises IngestError."""
+    relative: Optional[str] = None,
+) -> tuple[Document, list[Chunk], tuple[str, ...]]:
+    """Parse and chunk one file's bytes into the rows the store keeps, and notes for the summary.
+
+    Raises IngestError."""
     parsed = parse_bytes(path, data)
     header = parsed.header
+    notes = list(parsed.notes)
     if builtin:
         missing = header.missing_required() if header else list(REQUIRED_KEYS)
         if missing:
             raise IngestError(f"shipped document lacks required header keys: {', '.join(missing)}")
+        if header.origin is not DocumentOrigin.project:
+            raise IngestError("shipped document must say 'origin: project' (the project wrote it)")
     title = (header.title if header else None) or parsed.title or path.stem
-    devices = (header.devices if header else ()) or options.devices
+    devices = (header.devices if header else ()) or normalize_devices(options.devices)
     vendor = (header.vendor if header else None) or options.vendor
     if vendor is None and devices:
         vendors = {DEVICE_VENDOR.get(d) for name in devices for d in canonical_devices(name)}
         vendor = vendors.pop() if len(vendors) == 1 and None not in vendors else None
     kind = (header.kind if header else None) or options.kind or ChunkKind.hardware
+    origin = (header.origin if header else None) or options.origin or (
+        DocumentOrigin.vendor if vendor not in (None, "generic") else DocumentOrigin.external)
+    metadata = dict(header.metadata) if header else {}
+    if header and header.measurements:
+        metadata["measurements"] = header.measurements
+    if header and header.written:
+        metadata["written"] = header.written
+    if origin is DocumentOrigin.project:
+        # A project note is cited as itself; the pages it drew on are what it cites, not its address.
+        source_url = options.source_url if not builtin else None
+        if header and header.sources:
+            metadata["cites"] = list(header.sources)
+    elif header and header.sources:
+        source_url = _pick_url(header.sources)
+    else:
+        source_url = file_url(options.source_url, relative) if options.source_url else None
     document_id = document_id_for(identity)
     doc = Document(
         document_id=document_id,
@@ -140,14 +199,20 @@ def build_document(
         vendor=vendor,
         devices=tuple(devices),
         doc_version=(header.doc_version if header else None) or options.doc_version,
-        source_url=_pick_url(header.sources) if header and header.sources else options.source_url,
+        source_url=source_url,
         sha256=hashlib.sha256(data).hexdigest(),
         kind=kind,
         op_families=header.op_families if header else (),
         builtin=builtin,
         ingested_at=utc_now(),
+        origin=origin,
+        metadata_json=json.dumps(metadata, sort_keys=True, ensure_ascii=False),
     )
     drafts = chunk_blocks(parsed.blocks, title=title)
+    if len(drafts) > options.max_chunks:
+        notes.append(f"capped at {options.max_chunks} chunks: the first {options.max_chunks} of "
+                     f"{len(drafts)} are kept (raise --max-chunks, or split the file)")
+        drafts = drafts[: options.max_chunks]
     chunks = [
         Chunk(
             chunk_id=f"{document_id}:{i}",
@@ -157,44 +222,90 @@ def build_document(
             text=d.text,
             kind=kind,
             text_sha256=hashlib.sha256(d.text.encode()).hexdigest(),
+            anchor=d.anchor,
         )
         for i, d in enumerate(drafts)
     ]
-    return doc, chunks
+    return doc, chunks, tuple(notes)
 
 
-def _store_one(store, name: str, data_fn: Callable[[], bytes], **kw) -> FileResult:
-    try:
-        doc, chunks = build_document(data_fn(), **kw)
-    except IngestError as exc:
-        return FileResult(path=name, status=FileStatus.failed, reason=str(exc))
-    status = store.upsert_document(doc, chunks)
-    return FileResult(path=name, status=FileStatus(status), chunks=len(chunks), document_id=doc.document_id,
-                      title=doc.title)
+# Files are parsed one by one and written in batches: one lock trip, one model call and one Chroma
+# write per batch instead of per file (each of those costs tens of ms; a small page embeds in less).
+BATCH_FILES = 16
+BATCH_CHUNKS = 256
 
 
-def ingest_files(store, items: Sequence[_Item], options: IngestOptions, on_file: Optional[OnFile] = None) -> IngestReport:
+class _Batch:
+    """Parsed files waiting to be written, and files already decided, in discovery order."""
+
+    def __init__(self, store, force: bool, on_file: Optional[OnFile], on_chunks: Optional[OnChunks], total: int):
+        self.store, self.force, self.on_file, self.on_chunks, self.total = store, force, on_file, on_chunks, total
+        self.entries: list[tuple[str, object]] = []  # (name, FileResult or (doc, chunks, notes))
+        self.results: list[FileResult] = []
+
+    def add(self, name: str, data_fn: Callable[[], bytes], **kw) -> None:
+        try:
+            entry = build_document(data_fn(), **kw)
+        except IngestError as exc:
+            entry = FileResult(path=name, status=FileStatus.failed, reason=str(exc))
+        self.entries.append((name, entry))
+        pending = [e for _, e in self.entries if not isinstance(e, FileResult)]
+        if len(pending) >= BATCH_FILES or sum(len(e[1]) for e in pending) >= BATCH_CHUNKS:
+            self.flush()
+
+    def decided(self, result: FileResult) -> None:
+        self.entries.append((result.path, result))
+
+    def flush(self) -> None:
+        if not self.entries:
+            return
+        parsed = [(name, e) for name, e in self.entries if not isinstance(e, FileResult)]
+        statuses: dict[int, str] = {}
+        if parsed:
+            label = parsed[0][0] if len(parsed) == 1 else f"{len(parsed)} files"
+            progress = (lambda done, total: self.on_chunks(label, done, total)) if self.on_chunks else None
+            got = self.store.upsert_documents([(e[0], e[1]) for _, e in parsed], force=self.force,
+                                              on_progress=progress)
+            statuses = {id(e): status for (_, e), status in zip(parsed, got)}
+        for name, e in self.entries:
+            if isinstance(e, FileResult):
+                result = e
+            else:
+                doc, chunks, notes = e
+                result = FileResult(path=name, status=FileStatus(statuses[id(e)]), chunks=len(chunks),
+                                    document_id=doc.document_id, title=doc.title, notes=notes)
+            self.results.append(result)
+            if self.on_file:
+                self.on_file(len(self.results), self.total, result)
+        self.entries = []
+
+
+def ingest_files(store, items: Sequence[_Item], options: IngestOptions, on_file: Optional[OnFile] = None,
+                 on_chunks: Optional[OnChunks] = None) -> IngestReport:
     started = time.perf_counter()
     if options.vendor:
         options = options.model_copy(update={"vendor": check_vendor(options.vendor)})
-    results: list[FileResult] = []
+    if options.devices:
+        try:
+            options = options.model_copy(update={"devices": normalize_devices(options.devices)})
+        except ValueError as exc:
+            raise IngestError(str(exc)) from None
+    batch = _Batch(store, options.force, on_file, on_chunks, len(items))
     for item in items:
         if item.result is not None:
-            result = item.result
-        else:
-            path = item.path
-            resolved = os.path.abspath(path)
-            result = _store_one(store, str(path), lambda p=path: _read(p), path=path, source=resolved,
-                                identity=f"file:{resolved}", options=options)
-        results.append(result)
-        if on_file:
-            on_file(len(results), len(items), result)
-    return IngestReport(files=tuple(results), duration_s=time.perf_counter() - started)
+            batch.decided(item.result)
+            continue
+        path = item.path
+        resolved = os.path.realpath(path)
+        batch.add(str(path), lambda p=path: _read(p), path=path, source=resolved, identity=f"file:{resolved}",
+                  options=options, relative=item.relative)
+    batch.flush()
+    return IngestReport(files=tuple(batch.results), duration_s=time.perf_counter() - started)
 
 
 def ingest_paths(store, paths: Sequence[Path], options: IngestOptions = IngestOptions(),
-                 on_file: Optional[OnFile] = None) -> IngestReport:
-    return ingest_files(store, discover([Path(p) for p in paths]), options, on_file)
+                 on_file: Optional[OnFile] = None, on_chunks: Optional[OnChunks] = None) -> IngestReport:
+    return ingest_files(store, discover([Path(p) for p in paths]), options, on_file, on_chunks)
 
 
 def builtin_documents() -> list:
@@ -206,15 +317,14 @@ def builtin_documents() -> list:
                   key=lambda e: e.name)
 
 
-def ingest_builtin(store, on_file: Optional[OnFile] = None) -> IngestReport:
+def ingest_builtin(store, on_file: Optional[OnFile] = None, on_chunks: Optional[OnChunks] = None,
+                   force: bool = False) -> IngestReport:
     started = time.perf_counter()
     entries = builtin_documents()
-    results: list[FileResult] = []
+    batch = _Batch(store, force, on_file, on_chunks, len(entries))
     for entry in entries:
         source = f"hwdocs/{entry.name}"
-        result = _store_one(store, source, entry.read_bytes, path=Path(entry.name), source=source,
-                            identity=f"builtin:{source}", options=IngestOptions(), builtin=True)
-        results.append(result)
-        if on_file:
-            on_file(len(results), len(entries), result)
-    return IngestReport(files=tuple(results), duration_s=time.perf_counter() - started)
+        batch.add(source, entry.read_bytes, path=Path(entry.name), source=source, identity=f"builtin:{source}",
+                  options=IngestOptions(), builtin=True)
+    batch.flush()
+    return IngestReport(files=tuple(batch.results), duration_s=time.perf_counter() - started)

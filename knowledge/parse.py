@@ -1,9 +1,10 @@
-"""Turn a file's bytes into blocks (headings and paragraphs), whatever its format.
+"""Turn a file's bytes into blocks (headings, paragraphs, code and tables), whatever its format.
 
-Every format lands on the same small representation, `Block(level, text)` with level 1-3 for a heading
-and 0 for a paragraph, so chunking and heading paths are written once. Markdown headings beyond ###
-and everything else are paragraph text. Each failure is an `IngestError` whose message is the reason
-the ingest summary shows next to the file name.
+Every format lands on `knowledge.blocks.Block`, so chunking, heading paths and anchors are written
+once. Markdown (with YAML/MyST front matter and MyST directive fences), reStructuredText (through
+docutils, see knowledge/rst.py), HTML (tables stay tables, navigation is dropped) and PDF (text with
+guessed headings). Each failure is an `IngestError` whose message is the reason the ingest summary
+shows next to the file name.
 """
 
 from __future__ import annotations
@@ -14,26 +15,29 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import NamedTuple, Optional
 
+from knowledge.blocks import Block, markdown_table, slug
 from knowledge.errors import IngestError
 from knowledge.frontmatter import FrontMatter, split_front_matter
 
-MARKDOWN_SUFFIXES = {".md", ".markdown", ".mdown"}
-TEXT_SUFFIXES = {".txt", ".text", ".rst"}
+MARKDOWN_SUFFIXES = {".md", ".markdown", ".mdown", ".myst"}
+RST_SUFFIXES = {".rst", ".rest"}
+TEXT_SUFFIXES = {".txt", ".text"}
 HTML_SUFFIXES = {".html", ".htm", ".xhtml"}
 PDF_SUFFIXES = {".pdf"}
-SUPPORTED_SUFFIXES = MARKDOWN_SUFFIXES | TEXT_SUFFIXES | HTML_SUFFIXES | PDF_SUFFIXES
+SUPPORTED_SUFFIXES = MARKDOWN_SUFFIXES | RST_SUFFIXES | TEXT_SUFFIXES | HTML_SUFFIXES | PDF_SUFFIXES
+# docutils builds a full document tree: a multi-megabyte generated .rst would take minutes. Past this
+# size the file is read as plain paragraphs and the ingest summary says so.
+MAX_RST_BYTES = 4 * 1024 * 1024
 
-
-class Block(NamedTuple):
-    level: int  # 1..3 heading, 0 paragraph
-    text: str
+__all__ = ["Block", "ParsedDoc", "parse_bytes", "markdown_blocks", "SUPPORTED_SUFFIXES", "detect_format"]
 
 
 class ParsedDoc(NamedTuple):
-    format: str  # "markdown" | "text" | "html" | "pdf"
-    title: Optional[str]  # from the format itself (<title>, PDF metadata, first # heading)
+    format: str  # "markdown" | "rst" | "text" | "html" | "pdf"
+    title: Optional[str]  # from the format itself (<title>, PDF metadata, RST title, first # heading)
     header: Optional[FrontMatter]
     blocks: list[Block]
+    notes: tuple[str, ...] = ()
 
 
 def detect_format(path: Path, data: bytes) -> str:
@@ -44,11 +48,13 @@ def detect_format(path: Path, data: bytes) -> str:
     if suffix in PDF_SUFFIXES:
         return "pdf"
     if b"\x00" in data[:8192]:
-        raise IngestError("binary file (NUL bytes), not text, Markdown, HTML or PDF")
+        raise IngestError("binary file (NUL bytes), not text, Markdown, reStructuredText, HTML or PDF")
     if suffix in HTML_SUFFIXES:
         return "html"
     if suffix in MARKDOWN_SUFFIXES:
         return "markdown"
+    if suffix in RST_SUFFIXES:
+        return "rst"
     if suffix in TEXT_SUFFIXES:
         return "text"
     head = data[:512].lstrip().lower()
@@ -79,7 +85,17 @@ def parse_bytes(path: Path, data: bytes) -> ParsedDoc:
         if fmt == "markdown":
             header, body = split_front_matter(text)
             blocks = markdown_blocks(body)
-            doc = ParsedDoc("markdown", _first_h1(blocks), header, blocks)
+            doc = ParsedDoc("markdown", _first_h1(blocks), header, blocks, header.notes if header else ())
+        elif fmt == "rst":
+            if len(data) > MAX_RST_BYTES:
+                note = (f"reStructuredText of {len(data) / 1e6:.1f} MB is over the {MAX_RST_BYTES // 2**20} MB "
+                        "docutils limit: read as plain paragraphs")
+                doc = ParsedDoc("text", None, None, _paragraph_blocks(text), (note,))
+            else:
+                from knowledge.rst import parse_rst
+
+                title, blocks = parse_rst(text)
+                doc = ParsedDoc("rst", title, None, blocks)
         elif fmt == "html":
             doc = _parse_html(text)
         else:
@@ -98,91 +114,287 @@ def _paragraph_blocks(text: str) -> list[Block]:
     return [Block(0, p.strip("\n")) for p in paras if p.strip()]
 
 
-_HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
-_FENCE = re.compile(r"^\s*(```|~~~)")
+# -- Markdown (CommonMark headings, fences and pipe tables; MyST directives, roles and labels) ---------
+
+_HEADING = re.compile(r"^ {0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
+_FENCE = re.compile(r"^(\s*)(`{3,}|~{3,}|:{3,})\s*(.*)$")
+_MYST_DIRECTIVE = re.compile(r"^\{([\w:.+-]+)\}\s*(.*)$")
+_MYST_LABEL = re.compile(r"^\s*\(([\w:.+-]+)\)=\s*$")
+_MYST_ROLE = re.compile(r"\{[\w:.+-]+\}`([^`]*)`")
+_OPTION_LINE = re.compile(r"^\s*:[\w-]+:(\s.*)?$")
+_TABLE_SEP = re.compile(r"^\s*\|?\s*:?-{2,}:?\s*(\|\s*:?-{2,}:?\s*)*\|?\s*$")
+_HTML_COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
+_MYST_CODE = {"code-block", "code", "code-cell", "sourcecode"}
+_MYST_DROPPED = {"toctree", "include", "literalinclude", "image", "figure", "raw", "index", "mermaid",
+                 "glossary", "bibliography"}
+_ADMONITIONS = {"note": "Note", "warning": "Warning", "tip": "Tip", "important": "Important",
+                "caution": "Caution", "attention": "Attention", "danger": "Danger", "hint": "Hint",
+                "seealso": "See also"}
+
+
+def _myst_role_text(match: re.Match) -> str:
+    text = match.group(1)
+    target = re.match(r"^(.*?)\s*<([^<>]+)>$", text, re.DOTALL)
+    return target.group(1) if target and target.group(1) else text
+
+
+def _split_row(line: str) -> list[str]:
+    line = line.strip()
+    if line.startswith("|"):
+        line = line[1:]
+    if line.endswith("|") and not line.endswith("\\|"):
+        line = line[:-1]
+    return [c.strip() for c in re.split(r"(?<!\\)\|", line)]
+
+
+def _as_table(lines: list[str]) -> Optional[str]:
+    """A pipe table (header, separator, rows) in the shared Markdown form, or None if it is not one."""
+    if len(lines) < 2 or "|" not in lines[0] or not _TABLE_SEP.match(lines[1]):
+        return None
+    return markdown_table(_split_row(lines[0]), [_split_row(line) for line in lines[2:] if line.strip()])
 
 
 def markdown_blocks(body: str) -> list[Block]:
-    """Headings (# to ###) and paragraphs; a fenced code block stays whole and its '#' lines are code."""
+    """Headings (#..######) with their anchors, paragraphs, code and tables.
+
+    A fenced code block stays whole and its '#' lines are code. A MyST directive fence is transparent
+    (its content is parsed as Markdown, its label becomes a line of text) unless it holds code, which
+    stays a code block, or only wires pages together (toctree, include), which is dropped.
+    """
+    body = _HTML_COMMENT.sub("", body)
     blocks: list[Block] = []
     para: list[str] = []
-    fence: Optional[str] = None
+    used_anchors: dict[str, int] = {}
+    pending_label: Optional[str] = None
+    # Open fences, innermost last: (fence text, "code" | "drop" | "open", collected code lines, language).
+    stack: list[tuple[str, str, list[str], str]] = []
 
     def flush() -> None:
-        if any(line.strip() for line in para):
-            blocks.append(Block(0, "\n".join(para).strip("\n")))
+        lines = [line for line in para]
         para.clear()
+        if not any(line.strip() for line in lines):
+            return
+        if lines[0].lstrip().startswith("<table"):
+            blocks.extend(b for b in _parse_html("\n".join(lines)).blocks if b.level == 0)
+            return
+        table = _as_table([line for line in lines if line.strip()])
+        if table is not None:
+            blocks.append(Block(0, table, "table"))
+        else:
+            blocks.append(Block(0, _MYST_ROLE.sub(_myst_role_text, "\n".join(lines).strip("\n")), "text"))
+
+    def anchor_for(title: str) -> Optional[str]:
+        nonlocal pending_label
+        if pending_label:
+            label, pending_label = pending_label, None
+            return label
+        base = slug(_MYST_ROLE.sub(_myst_role_text, title))
+        if base is None:
+            return None
+        n = used_anchors.get(base, 0)
+        used_anchors[base] = n + 1
+        return base if n == 0 else f"{base}-{n}"
 
     for line in body.split("\n"):
         fm = _FENCE.match(line)
-        if fence:
-            para.append(line)
-            if fm and fm.group(1) == fence:
-                fence = None
-                flush()
+        if stack and stack[-1][1] in ("code", "drop"):
+            fence, mode, code, lang = stack[-1]
+            if fm and fm.group(2)[0] == fence[0] and len(fm.group(2)) >= len(fence) and not fm.group(3).strip():
+                stack.pop()
+                if mode == "code":
+                    while code and _OPTION_LINE.match(code[0]):
+                        code.pop(0)
+                    text = "\n".join(code).strip("\n")
+                    if text.strip():
+                        blocks.append(Block(0, f"```{lang}\n{text}\n```", "code"))
+            elif mode == "code":
+                code.append(line)
             continue
         if fm:
+            fence, info = fm.group(2), fm.group(3).strip()
+            if stack and stack[-1][1] == "open" and not info and fence[0] == stack[-1][0][0] \
+                    and len(fence) >= len(stack[-1][0]):
+                flush()
+                stack.pop()  # closing a MyST container
+                continue
+            directive = _MYST_DIRECTIVE.match(info)
             flush()
-            fence = fm.group(1)
-            para.append(line)
+            if directive:
+                name, arg = directive.group(1), directive.group(2).strip()
+                if name in _MYST_CODE:
+                    stack.append((fence, "code", [], arg))
+                elif name in _MYST_DROPPED or name.startswith(("doxygen", "auto")):
+                    stack.append((fence, "drop", [], ""))
+                else:
+                    stack.append((fence, "open", [], ""))
+                    label = _ADMONITIONS.get(name)
+                    if label or arg:
+                        blocks.append(Block(0, f"{label} {arg}:".replace(" :", ":") if label else arg, "text"))
+            elif fence[0] == ":":
+                para.append(line)  # a bare ::: line that opens nothing
+            else:
+                stack.append((fence, "code", [], info.split()[0] if info else ""))
+            continue
+        if stack and stack[-1][1] == "open" and not para and _OPTION_LINE.match(line):
+            continue  # a MyST directive's :option: lines
+        label = _MYST_LABEL.match(line)
+        if label:
+            flush()
+            pending_label = label.group(1)
             continue
         hm = _HEADING.match(line)
-        if hm and len(hm.group(1)) <= 3 and hm.group(2):
+        if hm and hm.group(2):
             flush()
-            blocks.append(Block(len(hm.group(1)), hm.group(2).strip()))
+            title = _MYST_ROLE.sub(_myst_role_text, hm.group(2).strip())
+            blocks.append(Block(len(hm.group(1)), title, "heading", anchor_for(hm.group(2).strip())))
         elif not line.strip():
             flush()
         else:
             para.append(line)
     flush()
+    for fence, mode, code, lang in reversed(stack):  # an unclosed code fence keeps its code
+        if mode == "code" and any(c.strip() for c in code):
+            blocks.append(Block(0, f"```{lang}\n" + "\n".join(code).strip("\n") + "\n```", "code"))
     return blocks
 
 
-class _HTMLToBlocks(HTMLParser):
-    """Keeps visible text; h1-h3 become headings, block elements end a paragraph."""
+# -- HTML ------------------------------------------------------------------------------------------
 
-    _SKIP = {"script", "style", "noscript", "template", "svg", "head"}
-    _BREAK = {"p", "div", "section", "article", "li", "ul", "ol", "table", "tr", "br", "pre", "blockquote",
-              "h4", "h5", "h6", "dt", "dd", "header", "footer", "main", "nav", "hr", "figure", "figcaption"}
+
+class _HTMLToBlocks(HTMLParser):
+    """Visible text of a page: h1-h6 become headings (with their id), tables stay tables with their
+    header row, <pre> keeps its lines, navigation and page chrome are dropped. When the page marks its
+    content (<main>, <article>, role="main"), only that content is kept."""
+
+    _SKIP = {"script", "style", "noscript", "template", "svg", "head", "nav", "aside", "footer", "form",
+             "button", "select"}
+    _BREAK = {"p", "div", "section", "article", "li", "ul", "ol", "br", "blockquote", "dt", "dd", "header",
+              "main", "hr", "figure", "figcaption", "dl"}
+    _HEADINGS = {"h1": 1, "h2": 2, "h3": 3, "h4": 4, "h5": 5, "h6": 6}
 
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
-        self.blocks: list[Block] = []
+        self.blocks: list[tuple[Block, bool]] = []  # (block, inside the page's main content)
         self.title: Optional[str] = None
         self._buf: list[str] = []
         self._skip_depth = 0
-        self._heading: Optional[int] = None
+        self._heading: Optional[tuple[int, Optional[str]]] = None
         self._in_title = False
         self._title_buf: list[str] = []
+        self._pre = 0
+        self._main_depth = 0
+        self._stack: list[tuple[str, bool]] = []  # open elements: (tag, opened a main region)
+        self._last_id: Optional[str] = None
+        # tables: a stack so a table inside a cell becomes that cell's text
+        self._tables: list[dict] = []
+
+    # -- helpers
+    def _emit(self, block: Block) -> None:
+        self.blocks.append((block, self._main_depth > 0))
 
     def _flush(self) -> None:
-        text = re.sub(r"[ \t\r\f\v]+", " ", "".join(self._buf))
-        text = "\n".join(line.strip() for line in text.split("\n") if line.strip())
-        if text:
-            self.blocks.append(Block(self._heading or 0, " ".join(text.split()) if self._heading else text))
+        if self._pre:
+            return  # a <pre> keeps its lines until it closes
+        raw = "".join(self._buf)
         self._buf = []
+        text = re.sub(r"[ \t\r\f\v]+", " ", raw)
+        text = "\n".join(line.strip() for line in text.split("\n") if line.strip())
+        if not text:
+            return
+        if self._heading:
+            level, anchor = self._heading
+            self._emit(Block(level, " ".join(text.split()).rstrip("¶#").strip(), "heading", anchor))
+        else:
+            self._emit(Block(0, text, "text"))
 
+    # -- parser callbacks
     def handle_starttag(self, tag: str, attrs) -> None:
+        attrs = dict(attrs)
         if tag == "title":
             self._in_title = True
-        if tag in self._SKIP:
-            self._skip_depth += 1
+        if self._skip_depth or tag in self._SKIP or attrs.get("role") in ("navigation", "search"):
+            if tag not in ("br", "hr", "img", "input", "meta", "link"):
+                self._skip_depth += 1
             return
-        if tag in ("h1", "h2", "h3"):
+        opens_main = tag in ("main", "article") or attrs.get("role") == "main"
+        if tag not in ("br", "hr", "img", "input", "meta", "link", "wbr", "col"):
+            self._stack.append((tag, opens_main))
+            self._main_depth += opens_main
+        if attrs.get("id"):
+            self._last_id = attrs["id"]
+        if self._tables:
+            table = self._tables[-1]
+            if tag == "table":
+                self._tables.append({"rows": [], "row": None, "cell": None, "head_rows": 0, "in_head": False})
+            elif tag == "thead":
+                table["in_head"] = True
+            elif tag == "tr":
+                table["row"] = []
+                table["row_is_head"] = table["in_head"]
+            elif tag in ("td", "th"):
+                table["cell"] = []
+                if tag == "th" and table.get("row") == [] and not table["rows"]:
+                    table["row_is_head"] = True
+            elif tag == "br" and table.get("cell") is not None:
+                table["cell"].append(" ")
+            return
+        if tag == "table":
             self._flush()
-            self._heading = int(tag[1])
+            self._tables.append({"rows": [], "row": None, "cell": None, "head_rows": 0, "in_head": False})
+        elif tag in self._HEADINGS:
+            self._flush()
+            self._heading = (self._HEADINGS[tag], attrs.get("id") or self._last_id)
+        elif tag == "pre":
+            self._flush()
+            self._pre += 1
         elif tag in self._BREAK:
             self._flush() if tag != "br" else self._buf.append("\n")
 
     def handle_endtag(self, tag: str) -> None:
         if tag == "title":
             self._in_title = False
-        if tag in self._SKIP:
-            self._skip_depth = max(0, self._skip_depth - 1)
+        if self._skip_depth:
+            if tag not in ("br", "hr", "img", "input", "meta", "link"):
+                self._skip_depth -= 1
             return
-        if tag in ("h1", "h2", "h3") and self._heading:
+        if self._stack and any(t == tag for t, _ in self._stack):
+            while self._stack:
+                t, opened = self._stack.pop()
+                self._main_depth -= opened
+                if t == tag:
+                    break
+        if self._tables:
+            table = self._tables[-1]
+            if tag in ("td", "th") and table["cell"] is not None and table["row"] is not None:
+                table["row"].append(" ".join("".join(table["cell"]).split()))
+                table["cell"] = None
+            elif tag == "tr" and table["row"] is not None:
+                if any(c for c in table["row"]):
+                    table["rows"].append(table["row"])
+                    if table.get("row_is_head") and len(table["rows"]) == table["head_rows"] + 1:
+                        table["head_rows"] += 1
+                table["row"] = None
+            elif tag == "thead":
+                table["in_head"] = False
+            elif tag == "table":
+                done = self._tables.pop()
+                text = _table_text(done)
+                if self._tables:  # a nested table is text of the outer cell
+                    outer = self._tables[-1]
+                    if outer["cell"] is not None:
+                        outer["cell"].append(" " + " ".join(text.split()) + " ")
+                elif text:
+                    self._emit(Block(0, text, "table"))
+            return
+        if tag in self._HEADINGS and self._heading:
             self._flush()
             self._heading = None
+        elif tag == "pre" and self._pre:
+            self._pre -= 1
+            code = "".join(self._buf).strip("\n")
+            self._buf = []
+            if code.strip():
+                self._emit(Block(0, f"```\n{code}\n```", "code"))
         elif tag in self._BREAK and tag != "br":
             self._flush()
 
@@ -191,20 +403,45 @@ class _HTMLToBlocks(HTMLParser):
             self._title_buf.append(data)
         if self._skip_depth:
             return
+        if self._tables:
+            table = self._tables[-1]
+            if table["cell"] is not None:
+                table["cell"].append(data)
+            return
         self._buf.append(data)
 
     def close(self) -> None:
         super().close()
         self._flush()
         title = " ".join("".join(self._title_buf).split())
+        # "GPU hardware specifications — ROCm Documentation": the part after the dash names the site.
+        title = re.split(r"\s+(?:—|–|\|)\s+", title)[0].strip() if title else title
         self.title = title or None
+
+    def content_blocks(self) -> list[Block]:
+        if any(in_main for _, in_main in self.blocks):
+            return [b for b, in_main in self.blocks if in_main]
+        return [b for b, _ in self.blocks]
+
+
+def _table_text(table: dict) -> str:
+    rows = table["rows"]
+    if not rows:
+        return ""
+    head_rows = max(1, table["head_rows"])
+    header = rows[head_rows - 1]
+    return markdown_table(header, rows[head_rows:])
 
 
 def _parse_html(text: str) -> ParsedDoc:
     parser = _HTMLToBlocks()
     parser.feed(text)
     parser.close()
-    return ParsedDoc("html", parser.title or _first_h1(parser.blocks), None, parser.blocks)
+    blocks = parser.content_blocks()
+    return ParsedDoc("html", parser.title or _first_h1(blocks), None, blocks)
+
+
+# -- PDF -------------------------------------------------------------------------------------------
 
 
 def _looks_like_heading(line: str) -> bool:
@@ -251,7 +488,7 @@ def _parse_pdf(data: bytes) -> ParsedDoc:
                 if para:
                     page_blocks.append(Block(0, " ".join(para)))
                     para = []
-                page_blocks.append(Block(2, line))
+                page_blocks.append(Block(2, line, "heading", f"page={number}"))
             else:
                 para.append(line)
         if para:
@@ -260,6 +497,6 @@ def _parse_pdf(data: bytes) -> ParsedDoc:
             continue
         if page_blocks[0].level == 0:
             # Text before any guessed heading belongs to this page rather than the last page's section.
-            page_blocks.insert(0, Block(2, f"Page {number}"))
+            page_blocks.insert(0, Block(2, f"Page {number}", "heading", f"page={number}"))
         blocks.extend(page_blocks)
     return ParsedDoc("pdf", str(meta_title).strip() if meta_title else None, None, blocks)

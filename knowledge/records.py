@@ -11,7 +11,7 @@ from typing import Optional
 
 from pydantic import BaseModel, ConfigDict
 
-from store.records import ChunkKind, OutcomeRecord
+from store.records import ChunkKind, DocumentOrigin, FailurePattern, OutcomeRecord
 
 
 class Record(BaseModel):
@@ -32,6 +32,8 @@ class FileStatus(str, enum.Enum):
     added = "added"
     unchanged = "unchanged"
     replaced = "replaced"
+    retagged = "retagged"  # same bytes, corrected provenance: rows and vector metadata, no re-embedding
+    repaired = "repaired"  # same bytes, but its vectors had never reached Chroma (a crash): written now
     failed = "failed"
     skipped = "skipped"  # found while walking a folder, but not a format we read (an image, a .py)
 
@@ -43,6 +45,7 @@ class FileResult(Record):
     reason: Optional[str] = None  # why it failed or was skipped, one line
     document_id: Optional[str] = None
     title: Optional[str] = None
+    notes: tuple[str, ...] = ()  # kept, but worth a look: a capped chunk count, a misspelt header key
 
 
 class IngestReport(Record):
@@ -55,6 +58,25 @@ class IngestReport(Record):
 
     def count(self, status: FileStatus) -> int:
         return sum(1 for f in self.files if f.status is status)
+
+
+class Provenance(Record):
+    """Where an imported row came from: the store, team, person and machine that measured or wrote it."""
+
+    origin_store: str
+    team: Optional[str] = None
+    user_name: Optional[str] = None
+    host: Optional[str] = None
+    bundle_id: str
+    exported_at: str
+    imported_at: str
+    original_id: str
+    conflicts_with: Optional[str] = None  # our row with the same id and other content, kept beside it
+
+    def label(self) -> str:
+        who = "@".join(x for x in (self.user_name, self.host) if x)
+        team = self.team or f"store {self.origin_store[:8]}"
+        return f"{team} ({who})" if who else team
 
 
 class DocumentHit(Record):
@@ -76,16 +98,43 @@ class DocumentHit(Record):
     bm25_rank: Optional[int] = None
     matched_device: bool = False
     matched_op: bool = False
+    excerpt: str = ""  # the sentences that matched, numbers included, never cut mid-number
+    location: str = ""  # the file (path or URL) with the section's anchor: where a reader goes to check
+    origin: DocumentOrigin = DocumentOrigin.vendor
+    measurements: Optional[str] = None  # for a project note: what its authors measured themselves
+    imported_from: Optional[Provenance] = None
+
+
+class OutcomeHit(Record):
+    """A past measurement in an answer, with whose it is when it came from another store."""
+
+    outcome: OutcomeRecord
+    significant: bool  # the speedup interval excludes 1
+    imported_from: Optional[Provenance] = None
+
+
+class FailureHit(Record):
+    failure: FailurePattern
+    imported_from: Optional[Provenance] = None
 
 
 class AskResult(Record):
     facets: QueryFacets
+    intent: str  # worked | failed | how-to | fact (knowledge.intent)
     outcomes: tuple[OutcomeRecord, ...]
     documents: tuple[DocumentHit, ...]
+    failures: tuple[FailurePattern, ...] = ()
+    outcome_hits: tuple[OutcomeHit, ...] = ()  # the outcomes again, with significance and provenance
+    failure_hits: tuple[FailureHit, ...] = ()
 
     def to_json_obj(self) -> dict:
-        """The `ask --json` object: exactly these two keys, so scripts can rely on the shape."""
+        """The `ask --json` object; `outcomes` and `documents` keep the shape scripts relied on."""
         return {
+            "intent": self.intent,
+            "facets": self.facets.model_dump(mode="json"),
             "outcomes": [o.model_dump(mode="json") for o in self.outcomes],
+            "outcome_provenance": {h.outcome.outcome_id: h.imported_from.model_dump(mode="json")
+                                   for h in self.outcome_hits if h.imported_from},
+            "failure_patterns": [f.model_dump(mode="json") for f in self.failures],
             "documents": [d.model_dump(mode="json") for d in self.documents],
         }

@@ -64,6 +64,14 @@ Additions beyond the contract above (same conventions):
     store.embed(texts) -> list[list[float]]        unit vectors through the embeddings cache
     store.vector_count(collection) -> int
     store.llm_calls(run_id=None)                   all calls when no run is given
+    store.upsert_documents([(doc, chunks), ...], force=False, on_progress=None) -> list[str]
+        a batch; statuses also "retagged" (same bytes, new provenance) and "repaired" (vectors owed)
+    store.forget_document(document_id) -> int      rows, chunks and vectors; the number of chunks
+    store.pending_vector_documents() / store.repair_vectors()   rows whose Chroma write never confirmed
+        (a crash between the two); Store.open repairs them, `vector_repair_error` says if it could not
+    store.embed_query(text) -> list[float] | None;  store.cached_vectors(shas) -> {sha: float32 array}
+    store.origins_of(table, ids) -> {id: origin}   where imported rows came from (store/sharing.py)
+    store.sharing.export_bundle / import_bundle    knowledge bundles (Parquet + manifest with hashes)
 
 Orders: list_runs newest first; outcomes newest first; failure_patterns most frequent first;
 candidates, evaluations, llm_calls, promotion_history oldest first; documents in ingest order.

@@ -108,13 +108,22 @@ class Database:
 
     @contextmanager
     def locked(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """Hold the inter-process lock and an open connection; nested uses share them."""
+        """Hold the inter-process lock and an open connection; nested uses share them.
+
+        A damaged file (truncated, overwritten) may open and only fail when a query reaches the missing
+        block: that failure becomes a StoreError naming the file, so the CLI prints one line.
+        """
         with self.exclusive():
             if self._con is None:
                 self._con = self._connect(time.monotonic() + self.lock_timeout_s)
             self._con_depth += 1
             try:
                 yield self._con
+            except duckdb.Error as exc:
+                if is_corruption(exc):
+                    raise StoreError(f"store {self.path} is unreadable or corrupt: {one_line(str(exc))} "
+                                     "(restore it from a backup, or move it aside to start a new store)") from exc
+                raise
             finally:
                 self._con_depth -= 1
                 if self._con_depth == 0:
@@ -146,6 +155,16 @@ class Database:
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
         with self.locked() as con:
             return fetch_dicts(con, sql, params)
+
+
+_CORRUPTION_MARKERS = ("corrupt database file", "could not read enough bytes", "checksum", "not a valid duckdb",
+                       "failed to read", "database file is damaged")
+
+
+def is_corruption(exc: BaseException) -> bool:
+    """DuckDB reports a damaged file through several exception types; its messages say which it is."""
+    text = str(exc).lower()
+    return any(marker in text for marker in _CORRUPTION_MARKERS)
 
 
 def fetch_dicts(con: duckdb.DuckDBPyConnection, sql: str, params: Sequence[Any] = ()) -> list[dict]:

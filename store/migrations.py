@@ -429,3 +429,51 @@ def m004_run_owners(con: duckdb.DuckDBPyConnection) -> None:
         );
         """
     )
+
+
+# -- knowledge: provenance people can trust, vectors that survive a crash, rows from other teams ----
+
+
+@MIGRATIONS.register
+def m005_knowledge_provenance(con: duckdb.DuckDBPyConnection) -> None:
+    """Who wrote a document and its front matter; section anchors; vectors owed; imported rows' origin.
+
+    `vector_pending` holds the rows whose DuckDB commit happened but whose Chroma write has not been
+    confirmed: a crash between the two leaves the row here, and the next open or ingest writes the
+    vectors from the embeddings cache. `origins` says where an imported row came from (the exporting
+    store, its team, user and host, the bundle) and, for a row that conflicted with one of ours, the id
+    it was kept beside; rows of this store have no entry.
+    """
+    con.execute(
+        """
+        ALTER TABLE documents ADD COLUMN origin VARCHAR;
+        ALTER TABLE documents ADD COLUMN metadata_json VARCHAR;
+        ALTER TABLE documents ADD COLUMN retagged_at VARCHAR;
+        UPDATE documents SET origin = CASE WHEN builtin THEN 'project' ELSE 'vendor' END,
+                             metadata_json = '{}';
+        ALTER TABLE chunks ADD COLUMN anchor VARCHAR;
+
+        CREATE TABLE vector_pending (
+            collection VARCHAR NOT NULL,
+            row_id VARCHAR NOT NULL,
+            since VARCHAR NOT NULL,
+            PRIMARY KEY (collection, row_id)
+        );
+
+        CREATE TABLE origins (
+            table_name VARCHAR NOT NULL,
+            row_id VARCHAR NOT NULL,
+            original_id VARCHAR NOT NULL,
+            origin_store VARCHAR NOT NULL,
+            team VARCHAR,
+            user_name VARCHAR,
+            host VARCHAR,
+            kernelscout_version VARCHAR,
+            bundle_id VARCHAR NOT NULL,
+            exported_at VARCHAR NOT NULL,
+            imported_at VARCHAR NOT NULL,
+            conflicts_with VARCHAR,
+            PRIMARY KEY (table_name, row_id)
+        );
+        """
+    )

@@ -29,6 +29,14 @@ class ChunkKind(str, enum.Enum):
     guidance = "guidance"
 
 
+class DocumentOrigin(str, enum.Enum):
+    """Who wrote a document, which decides how an answer may cite it."""
+
+    vendor = "vendor"  # a vendor's own documentation (datasheets, programming guides)
+    project = "project"  # written by this project or a team, carrying its own measurements
+    external = "external"  # anything else: papers, blog posts, third-party notes
+
+
 class Document(Row):
     document_id: str  # sha256 of the source path/url identity, first 16 hex
     source: str  # file path or URL it came from
@@ -36,12 +44,15 @@ class Document(Row):
     vendor: Optional[str] = None
     devices: tuple[str, ...] = ()
     doc_version: Optional[str] = None
-    source_url: Optional[str] = None
+    source_url: Optional[str] = None  # where a reader finds this very file (never a folder's URL)
     sha256: str  # of the document's bytes
     kind: ChunkKind = ChunkKind.hardware
     op_families: tuple[str, ...] = ()
     builtin: bool = False
     ingested_at: str
+    origin: DocumentOrigin = DocumentOrigin.vendor
+    metadata_json: str = "{}"  # every front-matter key as given (MyST, YAML), and what the note cites
+    retagged_at: Optional[str] = None  # when provenance last changed without the text changing
 
 
 class Chunk(Row):
@@ -52,6 +63,7 @@ class Chunk(Row):
     text: str
     kind: ChunkKind
     text_sha256: str
+    anchor: Optional[str] = None  # the section's id in the rendered page ("memory-hierarchy")
 
 
 class StopRule(Row):

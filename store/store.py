@@ -39,6 +39,8 @@ class Store(RunsMixin, LearnedMixin, DocumentsMixin, OwnersMixin):
         self._cache = EmbeddingCache(db, embedder)
         self._vectors: Any = None
         self._closed = False
+        self.vector_repair_error: Optional[str] = None  # set when open could not repay owed vectors
+        self.damaged_chroma_moved_to: Optional[Path] = None  # set when reindex had to move Chroma aside
         # KSCOUT_VECTORS=off: a machine without Chroma or the embedding model (a GPU worker of a fleet)
         # keeps every DuckDB row and skips the vectors; retrieval falls back to SQL filters and BM25,
         # and `kscout reindex` on a full install adds the vectors later.
@@ -65,12 +67,21 @@ class Store(RunsMixin, LearnedMixin, DocumentsMixin, OwnersMixin):
             try:
                 migrate(con)
                 uid = con.execute("SELECT value FROM _meta WHERE key = 'store_uid'").fetchone()[0]
+                owed = con.execute("SELECT count(*) FROM vector_pending").fetchone()[0]
             except duckdb.Error as exc:
                 raise StoreError(
                     f"store {db.path} is unreadable or corrupt: {one_line(exc)}"
                 ) from exc
         url = chroma_url or os.environ.get("KSCOUT_CHROMA_URL") or None
-        return cls(home, db, uid, url, embedder or Embedder())
+        store = cls(home, db, uid, url, embedder or Embedder())
+        if owed and store.vectors_enabled:
+            # A process died between a DuckDB commit and its Chroma write: pay the vectors back now.
+            # If Chroma cannot take them (a server down), the rows stay owed and the CLI says so.
+            try:
+                store.repair_vectors()
+            except VectorIndexError as exc:
+                store.vector_repair_error = str(exc)
+        return store
 
     def close(self) -> None:
         if self._closed:
@@ -120,6 +131,40 @@ class Store(RunsMixin, LearnedMixin, DocumentsMixin, OwnersMixin):
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """Unit vectors for `texts`, through the cache (no model call for text embedded before)."""
         return self._cache.embed(list(texts))
+
+    def embed_query(self, text: str) -> Optional[list[float]]:
+        """A search query's unit vector (memoized, never cached in the store); None when vectors are off."""
+        if not self.vectors_enabled:
+            return None
+        return self._cache.embed_query(text)
+
+    def cached_vectors(self, shas: Sequence[str]) -> dict[str, Any]:
+        """Vectors the embeddings cache holds for these text hashes, as float32 arrays (no model call)."""
+        import numpy as np
+
+        wanted = sorted(set(shas))
+        if not wanted:
+            return {}
+        with self.db.locked() as con:
+            found = con.execute(
+                "SELECT text_sha256, vector FROM embeddings WHERE model = ? AND text_sha256 IN "
+                "(SELECT unnest(?::VARCHAR[]))",
+                [self.embedder.model_name, wanted],
+            ).fetchnumpy()
+        return {sha: np.asarray(vec, dtype=np.float32) for sha, vec in zip(found["text_sha256"], found["vector"])}
+
+    def origins_of(self, table: str, ids: Sequence[str]) -> dict[str, dict]:
+        """Where imported rows came from (see store/sharing.py), keyed by row id; our own rows are absent."""
+        if not ids:
+            return {}
+        with self.db.locked() as con:
+            rows = fetch_dicts(
+                con,
+                "SELECT * FROM origins WHERE table_name = ? AND row_id IN (SELECT unnest(?::VARCHAR[]))",
+                [table, list(ids)],
+            )
+        return {r.pop("row_id"): {k: v for k, v in r.items() if k != "table_name" and k != "kernelscout_version"}
+                for r in rows}
 
     def _index(self):
         if self._closed:
@@ -183,6 +228,18 @@ class Store(RunsMixin, LearnedMixin, DocumentsMixin, OwnersMixin):
         texts = [t for items in self._vector_sources().values() for _, t, _ in items]
         self.embed(texts)
         index = self._index()
+        try:
+            return self._rebuild_all(index)
+        except VectorIndexError:
+            if self.chroma_url is not None:
+                raise
+            # A damaged local folder (a malformed chroma.sqlite3) fails every call: move it aside and
+            # build a new one from DuckDB, which holds everything the folder held.
+            with self.db.exclusive():
+                self.damaged_chroma_moved_to = index.discard_local_folder()
+            return self._rebuild_all(index)
+
+    def _rebuild_all(self, index) -> dict[str, int]:
         counts: dict[str, int] = {}
         with self.db.locked():
             for name, items in self._vector_sources().items():
@@ -190,6 +247,8 @@ class Store(RunsMixin, LearnedMixin, DocumentsMixin, OwnersMixin):
                 counts[name] = index.rebuild(
                     name, [i for i, _, _ in items], vectors, [m for _, _, m in items]
                 )
+            with self.db.transaction() as con:
+                con.execute("DELETE FROM vector_pending")  # every row's vectors were just written
         return counts
 
     def _vector_sources(self) -> dict[str, list[tuple[str, str, dict]]]:
@@ -230,7 +289,7 @@ class Store(RunsMixin, LearnedMixin, DocumentsMixin, OwnersMixin):
 class _NoVectors(EmbeddingCache):
     """The embeddings cache when vectors are off: nothing is embedded, nothing is cached."""
 
-    def prepare(self, texts: Sequence[str]) -> Embedded:
+    def prepare(self, texts: Sequence[str], on_progress=None) -> Embedded:
         return Embedded([], [])
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:

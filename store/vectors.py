@@ -231,6 +231,36 @@ class VectorIndex:
         self.upsert(name, ids, vectors, metadatas)
         return len(ids)
 
+    def discard_local_folder(self) -> Path:
+        """Move a damaged local Chroma folder aside (nothing is deleted) so a rebuild starts afresh.
+
+        Chroma's own files cannot be repaired from here (a malformed `chroma.sqlite3` fails every
+        call), and everything in them is derived from DuckDB. Returns where the old folder went.
+        """
+        if self._shared is None:
+            raise StoreError(f"Chroma at {self.where} is a server: repair it there, not from this store")
+        import time as _time
+
+        shared = self._shared
+        with _local_lock:
+            if shared.client is not None:
+                try:
+                    shared.client.close()
+                except Exception:  # noqa: BLE001 - a client over damaged files may fail to close; it is dropped
+                    pass
+            shared.client = None
+            shared.collections.clear()
+            _drop_cached_system(str(self.chroma_path))
+            aside = self.chroma_path.with_name(f"{self.chroma_path.name}.damaged-{_time.strftime('%Y%m%dT%H%M%S')}")
+            n = 1
+            while aside.exists():
+                aside = aside.with_name(f"{aside.name}-{n}")
+                n += 1
+            if self.chroma_path.exists():
+                os.replace(self.chroma_path, aside)
+        self._wrote()
+        return aside
+
     def _batch_size(self) -> int:
         if self._max_batch is None:
             try:
@@ -256,6 +286,21 @@ class VectorIndex:
 
     def _errors(self, verb: str):
         return _Wrap(verb, self.where)
+
+
+def _drop_cached_system(path: str) -> None:
+    """Chroma caches one System per folder per process, and one whose start failed on damaged files
+    stays cached half-built: every later client for that folder fails. Drop it so the next client
+    starts a fresh one (a private table of chromadb's; if it moves, a new client simply fails again)."""
+    from chromadb.api.shared_system_client import SharedSystemClient
+
+    system = SharedSystemClient._identifier_to_system.pop(path, None)
+    SharedSystemClient._identifier_to_refcount.pop(path, None)
+    if system is not None:
+        try:
+            system.stop()
+        except Exception:  # noqa: BLE001 - a half-started system fails to stop; it is dropped either way
+            pass
 
 
 class _Wrap:

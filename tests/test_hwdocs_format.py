@@ -17,7 +17,7 @@ import pytest
 KINDS = {"hardware", "constraint", "guidance"}
 VENDORS = {"nvidia", "amd", "meta", "intel", "generic"}
 REQUIRED_KEYS = {"title", "kind", "sources"}
-OPTIONAL_KEYS = {"vendor", "devices", "op_families", "doc_version", "written"}
+OPTIONAL_KEYS = {"vendor", "devices", "op_families", "doc_version", "written", "origin", "measurements"}
 LIST_KEYS = {"sources", "devices", "op_families"}
 QUESTION_KEYS = {"question", "expected", "also", "device", "op"}
 
@@ -73,6 +73,9 @@ def header_problems(header: dict) -> list[str]:
     unknown = header.keys() - REQUIRED_KEYS - OPTIONAL_KEYS
     if unknown:
         problems.append(f"unknown keys {sorted(unknown)}")
+    if header.get("origin") != "project":
+        problems.append("origin must be 'project': the project wrote every shipped note (it cites vendors, "
+                        "it is not theirs)")
     if "kind" in header and header["kind"] not in KINDS:
         problems.append(f"kind {header['kind']!r} is not one of {sorted(KINDS)}")
     if "vendor" in header and header["vendor"] not in VENDORS:
@@ -156,6 +159,7 @@ HEADERS = {stem: parse_header(text)[0] for stem, text in DOCS.items()}
 GOOD = """---
 title: Example
 kind: guidance
+origin: project
 sources: [https://example.org/a, Some Book (2020)]
 ---
 # Example
@@ -170,7 +174,7 @@ text
 
 def test_reader_accepts_a_well_formed_document():
     header, body = parse_header(GOOD)
-    assert header == {"title": "Example", "kind": "guidance",
+    assert header == {"title": "Example", "kind": "guidance", "origin": "project",
                       "sources": ["https://example.org/a", "Some Book (2020)"]}
     assert header_problems(header) == []
     assert body_problems(body) == []
@@ -186,8 +190,9 @@ def test_reader_reports_an_empty_section_and_a_missing_source_list():
 
 def test_reader_reports_bad_kind_vendor_date_and_unknown_key():
     header, _ = parse_header(GOOD.replace("kind: guidance", "kind: tutorial\nvendor: ibm\n"
-                                          "written: 2026-13-01\ncolour: blue"))
+                                          "written: 2026-13-01\ncolour: blue").replace("origin: project\n", ""))
     problems = header_problems(header)
+    assert any(p.startswith("origin must be 'project'") for p in problems)
     assert "kind 'tutorial' is not one of ['constraint', 'guidance', 'hardware']" in problems
     assert any(p.startswith("vendor 'ibm'") for p in problems)
     assert "written '2026-13-01' is not YYYY-MM-DD" in problems

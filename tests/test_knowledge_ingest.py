@@ -16,7 +16,7 @@ from knowledge.errors import IngestError
 from knowledge.ingest import IngestOptions, build_document, ingest_paths
 from knowledge.records import FileStatus
 from store import Store
-from store.records import ChunkKind
+from store.records import ChunkKind, DocumentOrigin
 from test_knowledge_parse import make_pdf
 
 LAYERNORM_MD = """---
@@ -132,7 +132,8 @@ def test_bad_files_are_reported_by_name_while_good_files_land(tmp_path, docs, ca
     assert reasons["pipe.md"] == "not a regular file (FIFO)"
     assert reasons["no-such-dir"] == "no such file or directory"
     assert by_name["image.png"]["status"] == "skipped"
-    assert report["counts"] == {"added": 4, "unchanged": 0, "replaced": 0, "failed": 6, "skipped": 1}
+    assert report["counts"] == {"added": 4, "unchanged": 0, "replaced": 0, "retagged": 0, "repaired": 0,
+                                "failed": 6, "skipped": 1}
 
     with Store.open(tmp_path / "home") as store:
         titles = {d.title: d for d in store.documents()}
@@ -159,17 +160,19 @@ def test_header_wins_and_command_line_options_fill_what_it_lacks(tmp_path):
     path.write_text("---\ntitle: MI355X notes\nkind: hardware\nvendor: amd\n---\n# MI355X\n## LDS\n160 KB of LDS.\n")
     options = IngestOptions(vendor="nvidia", devices=("MI355X",), source_url="https://example.org/mi355x",
                             doc_version="v2", kind=ChunkKind.guidance)
-    doc, chunks = build_document(path.read_bytes(), path=path, source=str(path), identity="file:x", options=options)
+    doc, chunks, notes = build_document(path.read_bytes(), path=path, source=str(path), identity="file:x",
+                                        options=options)
     assert (doc.title, doc.vendor, doc.kind) == ("MI355X notes", "amd", ChunkKind.hardware)  # from the header
     assert doc.devices == ("MI355X",) and doc.source_url == "https://example.org/mi355x" and doc.doc_version == "v2"
     assert [c.kind for c in chunks] == [ChunkKind.hardware]
     assert chunks[0].chunk_id == f"{doc.document_id}:0"
+    assert notes == () and doc.origin is DocumentOrigin.vendor
 
 
 def test_vendor_is_inferred_from_known_devices_when_nobody_says_it(tmp_path):
     path = tmp_path / "notes.txt"
     path.write_text("Some notes about tiles.\n")
-    doc, _ = build_document(path.read_bytes(), path=path, source=str(path), identity="file:y",
+    doc, _, _ = build_document(path.read_bytes(), path=path, source=str(path), identity="file:y",
                             options=IngestOptions(devices=("H100 SXM", "H200")))
     assert doc.vendor == "nvidia" and doc.title == "notes"
 
@@ -187,8 +190,159 @@ def test_ingest_without_paths_or_builtin_is_a_one_line_error(tmp_path, capsys):
     assert err.strip() == "kscout: error: nothing to ingest: give one or more PATHs, or --builtin"
 
 
-def test_unknown_vendor_flag_is_refused_before_anything_is_written(tmp_path, docs, capsys):
-    code, _, err = run_cli(["ingest", str(docs), "--vendor", "nvdia", "--store", str(tmp_path / "home")], capsys)
-    assert code == 2 and "vendor must be one of nvidia, amd, meta, intel, generic" in err
+def test_a_malformed_vendor_flag_is_refused_before_anything_is_written(tmp_path, docs, capsys):
+    code, _, err = run_cli(["ingest", str(docs), "--vendor", "!!", "--store", str(tmp_path / "home")], capsys)
+    assert code == 2 and "vendor name '!!' must be 1-64 letters" in err
     with Store.open(tmp_path / "home") as store:
         assert store.documents() == []
+
+
+def test_new_vendors_and_devices_are_accepted_normalised_and_listed_by_docs(tmp_path, docs, capsys):
+    home = str(tmp_path / "home")
+    code, _, _ = run_cli(["ingest", str(docs / "sub"), "--vendor", "Tenstorrent  Inc.", "--device", "n300",
+                          "--device", "N300", "--device", "wormhole  n150", "--store", home, "--json"], capsys)
+    assert code == 0
+    run_cli(["ingest", str(docs / "layernorm.md"), "--vendor", "Advanced Micro Devices, Inc.", "--device", "mi355x",
+             "--store", home, "--json"], capsys)
+    code, out, _ = run_cli(["docs", "--json", "--store", home], capsys)
+    listing = json.loads(out)
+    assert listing["vendors"] == {"amd": 1, "tenstorrent": 1}
+    assert listing["devices"] == {"MI355X": 1, "N300": 1, "wormhole n150": 1}
+    by_vendor = {d["vendor"]: d for d in listing["documents"]}
+    assert by_vendor["tenstorrent"]["devices"] == ["N300", "wormhole n150"]
+    run_cli(["docs", "--store", home], capsys)  # the table form names them too
+    code, out, _ = run_cli(["docs", "--store", home], capsys)
+    assert "vendors: amd (1), tenstorrent (1)" in out and "MI355X (1)" in out
+
+
+# -- identity, provenance corrections, forgetting, big files, crashes ---------------------------------
+
+
+def test_a_file_reached_through_a_symlinked_folder_is_ingested_once(tmp_path, docs):
+    (tmp_path / "alias").symlink_to(docs, target_is_directory=True)
+    (docs / "sub" / "loop").symlink_to(docs, target_is_directory=True)  # a link back up the tree
+    with Store.open(tmp_path / "home") as store:
+        report = ingest_paths(store, [docs, tmp_path / "alias", tmp_path / "alias" / "layernorm.md"])
+        assert sorted(Path(f.path).name for f in report.files) == ["layernorm.md", "softmax.md"]
+        again = ingest_paths(store, [tmp_path / "alias"])
+        assert [f.status for f in again.files] == [FileStatus.unchanged, FileStatus.unchanged]
+        assert len(store.documents()) == 2
+        assert {d.source for d in store.documents()} == {str((docs / "layernorm.md").resolve()),
+                                                         str((docs / "sub" / "softmax.md").resolve())}
+
+
+def test_a_folder_ingested_with_a_url_gives_each_file_its_own_url_and_anchor(tmp_path, docs):
+    from knowledge.retrieve import ask
+
+    with Store.open(tmp_path / "home") as store:
+        ingest_paths(store, [docs], IngestOptions(source_url="https://docs.example.org/latest/"))
+        urls = {Path(d.source).name: d.source_url for d in store.documents()}
+        assert urls == {"layernorm.md": "https://example.org/ln-notes",  # its own header names its page
+                        "softmax.md": "https://docs.example.org/latest/sub/softmax.html"}
+        hit = ask(store, "subtract the running maximum before exponentiating", k=1).documents[0]
+        assert hit.location == "https://docs.example.org/latest/sub/softmax.html#max-subtraction"
+
+
+def test_reingesting_with_new_tags_retags_without_embedding_again(tmp_path, docs):
+    with Store.open(tmp_path / "home") as store:
+        ingest_paths(store, [docs], IngestOptions(vendor="amd"))
+        calls = store.embedder.model_calls
+        chunks = store.chunks()
+        report = ingest_paths(store, [docs / "sub"], IngestOptions(vendor="amd", devices=("MI300X",), doc_version="6.2"))
+        assert [f.status for f in report.files] == [FileStatus.retagged]
+        assert store.embedder.model_calls == calls  # vectors came from the cache
+        assert store.chunks() == chunks
+        softmax = next(d for d in store.documents() if d.title == "Softmax notes")
+        assert (softmax.devices, softmax.doc_version, softmax.vendor) == (("MI300X",), "6.2", "amd")
+        assert softmax.retagged_at is not None
+        found = store.vector_search("chunks", "running maximum", k=5, where={"devices": {"$contains": "MI300X"}})
+        assert [i for i, _ in found] == [c.chunk_id for c in store.chunks(softmax.document_id)]
+
+
+def test_force_reparses_and_reembeds_only_text_the_cache_has_never_seen(tmp_path, docs):
+    with Store.open(tmp_path / "home") as store:
+        ingest_paths(store, [docs])
+        before = store.embedder.texts_encoded
+        report = ingest_paths(store, [docs], IngestOptions(force=True))
+        assert [f.status for f in report.files] == [FileStatus.replaced, FileStatus.replaced]
+        assert store.embedder.texts_encoded == before
+
+
+def test_retag_and_forget_commands_correct_and_remove_documents(tmp_path, docs, capsys):
+    home = str(tmp_path / "home")
+    run_cli(["ingest", str(docs), "--store", home, "--json"], capsys)
+    code, out, _ = run_cli(["retag", "softmax.md", "--vendor", "NVIDIA", "--device", "h100 sxm", "--store", home,
+                            "--json"], capsys)
+    assert code == 0
+    retagged = json.loads(out)["documents"][0]
+    assert retagged["status"] == "retagged" and retagged["document"]["devices"] == ["H100 SXM"]
+    assert retagged["document"]["vendor"] == "nvidia"
+    code, _, err = run_cli(["forget", "nothing-like-this", "--store", home], capsys)
+    assert code == 2 and "no document matches 'nothing-like-this'" in err
+    code, out, _ = run_cli(["forget", str(docs / "layernorm.md"), "--store", home, "--json"], capsys)
+    assert json.loads(out)["forgotten"][0]["chunks"] == 3
+    with Store.open(home) as store:
+        assert [d.title for d in store.documents()] == ["Softmax notes"]
+        assert len(store.chunks()) == 1 and store.vector_count("chunks") == 1
+
+
+def test_a_huge_file_shows_chunk_progress_and_is_capped_with_a_message(tmp_path):
+    from knowledge.ingest import ingest_paths as ingest
+
+    big = tmp_path / "big.md"
+    big.write_text("# Big\n" + "".join(f"## Part {i}\nParagraph {i} of a very long generated file.\n" for i in range(400)))
+    progress = []
+    with Store.open(tmp_path / "home") as store:
+        report = ingest(store, [big], IngestOptions(max_chunks=150),
+                        on_chunks=lambda name, done, total: progress.append((done, total)))
+        f = report.files[0]
+        assert (f.status, f.chunks) == (FileStatus.added, 150)
+        assert f.notes == ("capped at 150 chunks: the first 150 of 400 are kept (raise --max-chunks, or split the file)",)
+        assert progress[-1] == (150, 150) and len(progress) >= 4
+        assert len(store.chunks()) == 150
+
+
+CRASH = r"""
+import os, sys
+from store import Store
+import store.store as S
+from knowledge.ingest import ingest_paths
+
+def die(self, collection, ids, vectors, metadatas):
+    os._exit(9)  # the process dies after DuckDB committed, before Chroma has the vectors
+
+S.Store._vector_write = die
+with Store.open(sys.argv[1]) as store:
+    ingest_paths(store, [sys.argv[2]])
+"""
+
+
+def test_a_crash_between_the_duckdb_commit_and_chroma_is_repaired_on_the_next_open(tmp_path, docs):
+    import subprocess
+    import sys
+
+    home = tmp_path / "home"
+    proc = subprocess.run([sys.executable, "-c", CRASH, str(home), str(docs / "layernorm.md")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 9, proc.stderr[-2000:]
+    with Store.open(home, ) as store:  # opening repays the vectors it finds owed
+        assert store.pending_vector_documents() == []
+        assert store.vector_count("chunks") == 3
+        assert ingest_paths(store, [docs / "layernorm.md"]).files[0].status is FileStatus.unchanged
+
+
+def test_a_document_owed_vectors_is_repaired_by_ingest_not_called_unchanged(tmp_path, docs, monkeypatch):
+    from store.errors import VectorIndexError
+
+    with Store.open(tmp_path / "home") as store:
+        def fail(*args, **kwargs):
+            raise VectorIndexError("Chroma is down")
+
+        monkeypatch.setattr(store, "_vector_write", fail)
+        with pytest.raises(VectorIndexError):
+            ingest_paths(store, [docs / "layernorm.md"])
+        monkeypatch.undo()
+        assert len(store.pending_vector_documents()) == 1 and store.vector_count("chunks") == 0
+        report = ingest_paths(store, [docs / "layernorm.md"])
+        assert report.files[0].status is FileStatus.repaired
+        assert store.pending_vector_documents() == [] and store.vector_count("chunks") == 3
