@@ -284,8 +284,6 @@ def test_an_owner_is_alive_only_while_that_very_process_runs():
     assert owner_alive(owner(me, None, host="another-host")) is None  # not checkable from here
 
 
-@pytest.mark.xfail(strict=False, reason="knowledge/cli.py (the knowledge helper's) must raise a KnowledgeError for "
-                                         "a missing path before ingesting; agent/cli.py maps it to one line, exit 2")
 def test_ingest_of_a_missing_path_is_one_line_and_exit_2(cwd, capsys):
     code, out, err = kscout(["ingest", str(cwd / "missing.md"), "--store", "store"], capsys)
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "missing.md" in err

@@ -86,7 +86,10 @@ def _run_session(store_dir: Optional[Path], go) -> str:
     view = _ProgressView(console(stderr=True))
 
     def run() -> str:
+        from knowledge.cli import ensure_shipped_docs
+
         with _open_store(store_dir) as st:
+            ensure_shipped_docs(st)  # a new store's first search: the docs load under a visible bar
             view.on_started = lambda run_id: claim(st, run_id)
             with view:
                 return go(st, view)
