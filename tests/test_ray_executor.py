@@ -23,7 +23,8 @@ ray = pytest.importorskip("ray")
 import evaluation  # noqa: E402
 from agent.search.executors import Cancelled, ExecutorError  # noqa: E402
 from agent.search.executors.ray import OFFLINE_ENV, RayExecutor  # noqa: E402
-from agent.search.session import SessionConfig, start, summarize  # noqa: E402
+from agent.search.session import SessionConfig, start  # noqa: E402
+from agent.search.summary import summarize  # noqa: E402
 from evaluation.records import Status  # noqa: E402
 from store import Store  # noqa: E402
 from store.records import RunStatus  # noqa: E402
