@@ -175,6 +175,9 @@ class EvalResult(Record):
     fingerprint: Fingerprint
     started_at: str  # ISO-8601 UTC
     duration_s: float
+    # A CPU run that emulated a GPU for the candidate (evaluation/emulation.py): the target, e.g.
+    # "NVIDIA H200 (sm_90)"; None when the candidate ran on the real device or saw a plain CPU.
+    emulated_device: Optional[str] = None
 
     @property
     def passed(self) -> bool:
