@@ -13,13 +13,14 @@ from typing import List, Optional
 import typer
 
 from evaluation.errors import CandidateError, ProblemError
+from evaluation.problem_file import SLOT
 
 
 def parse_sets(pairs: list[str] | None) -> dict[str, int]:
     out: dict[str, int] = {}
     for pair in pairs or ():
         name, sep, value = pair.partition("=")
-        if not sep or not name.strip().isidentifier():
+        if not sep or SLOT.match(name.strip()) is None:  # NAME, or NAME[i] for an item of a tuple constant
             raise ProblemError(f"malformed --set {pair!r}; expected NAME=INTEGER, e.g. --set dim=4099")
         try:
             out[name.strip()] = int(value)
