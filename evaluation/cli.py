@@ -96,6 +96,12 @@ def render_result(result) -> None:
                       markup=False, highlight=False, soft_wrap=True)
     if result.timing_note:
         console.print(f"timing: {result.timing_note}", markup=False, highlight=False, soft_wrap=True)
+    judged = f"judged under the {result.tolerance_policy} tolerance policy"
+    if result.emulated_device:
+        judged += f", on the CPU emulating {result.emulated_device}"
+    console.print(judged, markup=False, highlight=False, soft_wrap=True)
+    for approximation in result.approximations:
+        console.print(f"approximation: {approximation}", markup=False, highlight=False, soft_wrap=True)
     if result.stderr_tail and not result.passed:
         console.print("stderr (tail):\n" + result.stderr_tail[-1500:], markup=False, highlight=False, soft_wrap=True)
 
@@ -111,9 +117,12 @@ def register(app: typer.Typer) -> None:
         trials: int = typer.Option(3, "--trials", min=1, help="fresh random inputs per case"),
         time_cases: Optional[List[str]] = typer.Option(
             None, "--time-case", help="time only this case id, e.g. 'M=4096,N=4096|bfloat16' (repeatable)"),
+        tolerance: str = typer.Option("strict", "--tolerance",
+                                      help="strict (default: 1e-4 in float32) | kernelbench (atol = rtol = 1e-2)"),
         as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
     ) -> None:
         """Evaluate a candidate kernel: static check, compile, correctness on every case, timing."""
+        from evaluation.approximations import annotate
         from evaluation.fingerprint import resolve_device
         from evaluation.harness import evaluate
         from evaluation.problem import load_problem
@@ -121,8 +130,9 @@ def register(app: typer.Typer) -> None:
         overrides = parse_sets(sets)
         source = read_candidate(candidate)
         dev = resolve_device(device)
-        info = load_problem(problem, dev, overrides, timed=time_cases)
+        info = load_problem(problem, dev, overrides, timed=time_cases, tolerance=tolerance)
         result = evaluate(source, info, device=dev, timeout_s=timeout, trials=trials)
+        result = annotate(result, source, info)  # the policy that judged it, approximations (idempotent)
         if as_json:
             typer.echo(result.model_dump_json())
         else:

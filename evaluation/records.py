@@ -152,6 +152,27 @@ class KernelInfo(Record):
     num_stages: Optional[int] = None
 
 
+class WeightMatch(Record):
+    """One candidate tensor and the reference tensor loaded into it."""
+
+    candidate: str  # the candidate's parameter, buffer or tensor attribute name
+    reference: str
+    how: str  # "name", "suffix" (same last name part), "shape" (the only one of its shape), "order"
+    # (same shape, matched in declaration order), "transposed" (the only one of the transposed shape)
+    shape: tuple[int, ...]
+
+
+class WeightBinding(Record):
+    """How the reference's weights were mapped onto the candidate (evaluation/binding.py)."""
+
+    loaded: bool  # every reference parameter reached the candidate, and every candidate parameter got one
+    method: str  # "exact" (same names and shapes), "matched", "partial", "none" (no weights on either side)
+    matches: tuple[WeightMatch, ...] = ()
+    unmatched_reference: tuple[str, ...] = ()  # reference tensors the candidate has no place for
+    unmatched_candidate: tuple[str, ...] = ()  # candidate tensors left at their own initialisation
+    message: str  # one line for humans and prompts
+
+
 class EvalResult(Record):
     """One candidate on one environment: the evaluator's whole verdict."""
 
@@ -182,6 +203,7 @@ class EvalResult(Record):
     # Known approximations the candidate uses where the reference is exact (e.g. "tanh-GELU for exact
     # GELU"), with the deviation they account for; see evaluation/approximations.py.
     approximations: tuple[str, ...] = ()
+    weight_binding: Optional[WeightBinding] = None  # how the reference's weights reached the candidate
 
     @property
     def passed(self) -> bool:

@@ -136,6 +136,7 @@ def register(app: typer.Typer) -> None:
             None, "--time-case", help="time only this case id, e.g. 'M=4096,N=4096|bfloat16' (repeatable)"),
         dtype: Optional[List[str]] = typer.Option(
             None, "--dtype", help="prove and time only this declared dtype, e.g. bfloat16 (repeatable; default all)"),
+        tolerance: str = typer.Option("strict", help="strict (default) | kernelbench (atol = rtol = 1e-2)"),
         store: Optional[Path] = typer.Option(None, help="store folder (default $KSCOUT_HOME)"),
         as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
     ):
@@ -144,10 +145,13 @@ def register(app: typer.Typer) -> None:
 
         if proposer not in ("template", "llm"):
             raise SessionError(f"--proposer must be template or llm (got {proposer!r})")
+        if tolerance not in ("strict", "kernelbench"):
+            raise SessionError(f"--tolerance must be strict or kernelbench (got {tolerance!r})")
         config = SessionConfig(problem=problem, device=device, proposer=proposer, model=model, api_base=api_base,
                                budget=budget, minutes=minutes, target_speedup=target_speedup, stall=stall,
                                seed=seed, max_cost_usd=max_cost, batch=batch, workers=workers, compile_every=compile_every,
-                               trials=trials, time_cases=tuple(time_case or ()), dtypes=tuple(dtype or ())).check()
+                               trials=trials, time_cases=tuple(time_case or ()), dtypes=tuple(dtype or ()),
+                               tolerance=tolerance).check()
         err = Console(stderr=True)
         with _open_store(store) as st, _ProgressView(err) as view:
             run_id = start(config, st, on_event=view)

@@ -68,12 +68,13 @@ class SessionConfig(_Frozen):
     remeasure_rounds: int = 5
     time_cases: tuple[str, ...] = ()  # case ids timed instead of the problem's declared "timed" cases
     dtypes: tuple[str, ...] = ()  # the declared dtypes this search proves and times (empty: all of them)
+    tolerance: Literal["strict", "kernelbench"] = "strict"  # the policy every candidate is judged under
 
     def load_problem(self, device_kind: str) -> ProblemInfo:
         import evaluation
 
         return evaluation.load_problem(self.problem, device=device_kind, timed=list(self.time_cases) or None,
-                                       dtypes=list(self.dtypes) or None)
+                                       dtypes=list(self.dtypes) or None, tolerance=self.tolerance)
 
     def check(self) -> "SessionConfig":
         if self.budget < 1:
