@@ -43,7 +43,7 @@ from evaluation.records import Record
 __all__ = [
     "DeviceSpec", "DEVICE_SPECS", "DEFAULT_TARGET", "device_spec", "EmulationReport", "AutotuneCheck",
     "DryRunReport", "LaunchLimitError", "AutotuneConfigMismatch", "install", "installed", "candidate_scope",
-    "report", "verdict_for", "check_launch", "check_launches_at_scale",
+    "report", "verdict_for", "check_launch", "check_launches_at_scale", "dry_run_verdict",
 ]
 
 
@@ -761,6 +761,14 @@ class DryRunReport(Record):
     violation: Optional[str] = None  # the first launch limit exceeded, in one line
     limit: Optional[str] = None
     inconclusive: Optional[str] = None  # why the forward could not be followed on meta tensors
+
+
+def dry_run_verdict(report: DryRunReport) -> Optional[tuple[str, str, str, str]]:
+    """(status, stage, error_class, message) when a full-size launch exceeds a limit, else None."""
+    if report.violation is None:
+        return None
+    status, stage = ("compile_error", "compile") if report.limit == "num_warps" else ("crashed", "correctness")
+    return status, stage, "LaunchLimitExceeded", f"at the target's size {report.case_id}: {report.violation}"
 
 
 def check_launches_at_scale(model_cls, problem_module, dtype: str, case_id: str, init_seed: int = 0) -> DryRunReport:

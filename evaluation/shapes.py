@@ -16,11 +16,14 @@ stated once:
   are small; on the meta device for GPU-sized cases): a case the reference itself rejects is dropped,
   and the reason is kept on the ProblemInfo;
 - CPU (the interpreter costs 1-3 ms per program): a representative case of a few thousand elements; per
-  size (and per tied group) edges at 1, 97 and 1537 (past 1024, where one-block kernels stop), the other
-  sizes shrunk to fit; one "ragged" case where every size is a different non-power-of-two at once (4-D
-  problems included); one "big" case with the innermost input dimension at 4099 (a non-power-of-two
-  past 4096) and more than 2^20 elements where the shape allows (a kernel whose grid stops at 1024
-  blocks of 1024 fails there), tagged "big" so a quick search may choose to skip it;
+  size (and per tied group) edges at 1, 97 and 1537 (past 1024, where one-block kernels stop; 1537 only
+  for sizes the reference reduces, normalises or scans over, probed on the reference itself), the
+  other sizes shrunk to fit; one "ragged" case where every size is a different non-power-of-two at once (4-D
+  problems included); one "big" case, tagged "big" so a quick search may choose to skip it: for a
+  reduction (a size whose growth leaves the output's element count unchanged) the reduced sizes at 4099
+  and the kept ones small and odd, so a kernel with one program per output stays cheap; otherwise the
+  innermost input dimension at 4099 (a non-power-of-two past 4096) and just past 2^20 elements where
+  the shape allows (a kernel whose grid stops at 1024 blocks of 1024 fails there);
 - GPU: the shipped sizes when they fit the case budget (outputs travel between processes), else shrunk;
   edges at 1, 4099 and 12289;
 - `overrides` pin constants in every case; a pinned constant gets no edges.
@@ -42,7 +45,8 @@ EDGES = {"cpu": (1, 97, 1537), "cuda": (1, 4099, 12289)}
 CPU_MAX_NUMEL = 4096  # largest tensor of a representative CPU case
 CPU_EDGE_MAX_NUMEL = 16384
 CPU_BIG_MIN_NUMEL = (1 << 20) + 1  # the big case aims past this many elements...
-CPU_BIG_MAX_NUMEL = 1 << 21  # ...and stays under this (about 1-2 s of interpreter per trial)
+CPU_BIG_MAX_NUMEL = 1 << 21  # ...and stays under this
+CPU_BIG_TRIM_NUMEL = 1_250_000  # a big case past this is trimmed back towards CPU_BIG_MIN_NUMEL
 BIG_WIDTHS = (4099, 2053, 1031)  # innermost size of the big case: the first that fits
 CUDA_CASE_MAX_BYTES = 1 << 30  # the stated GPU budget: inputs + parameters of one case
 CUDA_EDGE_MAX_BYTES = 256 << 20
@@ -120,6 +124,86 @@ class _Problem:
 
         with torch.device("meta"):
             return [t for t in _flatten(self.module(params).get_inputs()) if isinstance(t, torch.Tensor)]
+
+    def output_numel(self, params: dict[str, int]) -> int | None:
+        """Elements of the reference's outputs at this binding, on the meta device; None if meta cannot
+        follow the reference."""
+        import torch
+
+        k = _key(params) + ("out",)
+        if k not in self._checked:
+            try:
+                module = self.module(params)
+                with torch.random.fork_rng(), torch.no_grad(), torch.device("meta"):
+                    model = module.Model(*init_inputs(module))
+                    out = model(*module.get_inputs())
+                self._checked[k] = sum(t.numel() for t in _flatten(out) if isinstance(t, torch.Tensor))
+            except Exception:
+                self._checked[k] = None
+        return self._checked[k]
+
+    def mixing_slots(self, params: dict[str, int]) -> set[str] | None:
+        """The size constants that size an input axis along which the reference mixes values (a reduction,
+        a normalisation, a scan): two inputs along that axis move a common output. Probed on the CPU at
+        this (small) binding by pushing one input element far up or down at the origin and at index 1 of
+        the axis. A constant that sizes no input axis counts as mixing. None when the probe cannot run."""
+        import torch
+
+        try:
+            axes = self._slot_axes(params)
+            module = self.module(params)
+            with torch.random.fork_rng(), torch.no_grad():
+                torch.manual_seed(0)
+                model = module.Model(*init_inputs(module))
+                if isinstance(model, torch.nn.Module):
+                    model = model.eval()
+                inputs = list(module.get_inputs())
+                base = self._flat(model(*inputs))
+
+                def moved(i: int, index: tuple[int, ...]) -> set[int]:
+                    out: set[int] = set()
+                    for delta in (1e3, -1e3):
+                        trial = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+                        trial[i][index] += delta
+                        diff = self._flat(model(*trial)) != base
+                        out |= set(torch.nonzero(diff).flatten().tolist())
+                    return out
+
+                mixing_axes = set()
+                for i, x in enumerate(inputs):
+                    if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dim() == 0:
+                        continue
+                    origin = moved(i, (0,) * x.dim())
+                    for a in range(x.dim()):
+                        if x.shape[a] < 2:
+                            mixing_axes.add((i, a))
+                            continue
+                        index = tuple(1 if k == a else 0 for k in range(x.dim()))
+                        if not origin or origin & moved(i, index):
+                            mixing_axes.add((i, a))
+        except Exception:
+            return None
+        return {n for n, where in axes.items() if not where or where & mixing_axes}
+
+    @staticmethod
+    def _flat(out):
+        import torch
+
+        parts = [t.detach().reshape(-1).to(torch.float64) for t in _flatten(out) if isinstance(t, torch.Tensor)]
+        return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
+
+    def _slot_axes(self, params: dict[str, int]) -> dict[str, set[tuple[int, int]]]:
+        """Which (input, axis) each size constant sets, found by growing it by one on the meta device."""
+        base = [tuple(t.shape) for t in self.inputs_meta(params)]
+        out: dict[str, set[tuple[int, int]]] = {}
+        for name, value in params.items():
+            try:
+                grown = [tuple(t.shape) for t in self.inputs_meta(dict(params, **{name: value + 1}))]
+            except Exception:
+                grown = base
+            out[name] = {(i, a) for i, (s0, s1) in enumerate(zip(base, grown)) if len(s0) == len(s1)
+                         for a in range(len(s0)) if s0[a] != s1[a]}
+        return out
 
     def rejects(self, params: dict[str, int], device_kind: str) -> str | None:
         """Why the reference refuses this binding (one line), or None when it runs.
@@ -266,11 +350,19 @@ class _Deriver:
         return current
 
     def edges(self, rep: dict[str, int]) -> None:
+        """Per size (and per tied group) the device's edges. On the CPU the edge past 1024 goes only to
+        sizes the reference reduces over (or all of them, when that cannot be told): 1537 rows of a
+        row-wise kernel are 1537 interpreted programs and prove nothing the 97-row edge does not."""
+        mixing = self.problem.mixing_slots(rep) if self.device_kind == "cpu" else None
+        if mixing is None:
+            mixing = {n for u in self.units for n in u}
         for unit in self.units:
             groups = [unit] + ([(n,) for n in unit] if len(unit) > 1 else [])
             for group in groups:
                 for edge in EDGES[self.device_kind]:
                     if all(rep[n] == edge for n in group):
+                        continue
+                    if self.device_kind == "cpu" and edge > 1024 and not set(group) & mixing:
                         continue
                     self._edge(rep, group, edge)
 
@@ -340,9 +432,35 @@ class _Deriver:
                     return out
         return [max(self.units, key=lambda u: rep[u[0]])] if self.units else []
 
+    def _reduced_units(self, rep: dict[str, int]) -> list[tuple[str, ...]]:
+        """Sizes the reference reduces away: growing one leaves the number of output elements unchanged."""
+        base = self.problem.output_numel(rep)
+        if base is None:
+            return []
+        return [u for u in self.units
+                if self.problem.output_numel(dict(rep, **{n: rep[n] + 1 for n in u})) == base]
+
     def big(self, rep: dict[str, int]) -> None:
+        """A reduction gets its reduced sizes at 4099 and small odd kept sizes (few outputs, so a kernel
+        with one program per output stays cheap); anything else its innermost size at 4099 and more than
+        2^20 elements (a grid capped at 1024 blocks of 1024 falls short there)."""
+        reduced = self._reduced_units(rep)
+        kept = [u for u in self.units if u not in reduced]
+        if reduced and kept:
+            small = dict(zip(kept, (3, 5, 7, 11, 13, 17, 19, 23)))
+            start = dict(rep, **{n: v for u, v in small.items() for n in u}, **{n: BIG_WIDTHS[0] for u in reduced for n in u})
+            params = shrink(self.problem, start, reduced, lambda f: f.max_numel <= CPU_BIG_MAX_NUMEL, EDGE_SIZE_MIN)
+            for unit in reduced:
+                if _is_pow2(params[unit[0]]):
+                    params = dict(params, **{n: params[n] - 1 for n in unit})
+            self.accept(params, ("big",))
+            return
+        self._wide(rep)
+
+    def _wide(self, rep: dict[str, int]) -> None:
         big_fits = lambda f: f.max_numel <= CPU_BIG_MAX_NUMEL  # noqa: E731
-        params = width = None
+        params = None
+        others: list[tuple[str, ...]] = []
         for width in self._width_units(rep):
             others = _without(self.units, width)
             for w in BIG_WIDTHS:
@@ -357,6 +475,15 @@ class _Deriver:
             self.plan.notes.append(f"no big case fits {CPU_BIG_MAX_NUMEL} elements with its innermost size at "
                                    f"{BIG_WIDTHS[-1]} or more")
             return
+        numel = lambda p: self.problem.footprint(p).max_numel  # noqa: E731
+        if others and numel(params) > CPU_BIG_TRIM_NUMEL:  # trim to just past 2^20: the interpreter's cost
+            unit = max(others, key=lambda u: params[u[0]])
+            v = params[unit[0]]
+            want = max(2, -(-v * CPU_BIG_MIN_NUMEL // numel(params)))
+            while want < v and numel(dict(params, **{n: want for n in unit})) < CPU_BIG_MIN_NUMEL:
+                want += 1
+            if want < v:
+                params = dict(params, **{n: want for n in unit})
         for unit in others:  # every other size a non-power-of-two too, if the budget allows
             v = params[unit[0]]
             if not _is_pow2(v):
@@ -366,7 +493,7 @@ class _Deriver:
                 if cand >= 2 and big_fits(self.problem.footprint(trial)):
                     params = trial
                     break
-        if self.problem.footprint(params).max_numel < CPU_BIG_MIN_NUMEL:
+        if numel(params) < CPU_BIG_MIN_NUMEL:
             self.plan.notes.append(f"the big case has fewer than {CPU_BIG_MIN_NUMEL} elements: the sizes that "
                                    f"do not scale the largest input stop it")
         self.accept(params, ("big",))

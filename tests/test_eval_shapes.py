@@ -112,11 +112,13 @@ def test_kernelbench_100_hinge_loss_loads_and_produces_cases():
     assert len(info.shape_cases) >= 5 and info.dropped_cases
 
 
-def test_a_4d_problem_gets_every_size_past_1024_somewhere_and_one_case_with_all_sizes_odd(tmp_path):
+def test_a_4d_problem_gets_every_reduced_size_past_1024_and_one_case_with_all_sizes_odd(tmp_path):
     info = load_problem(str(_write(tmp_path, "inorm.py", INSTANCE)), "cpu")
     names = ("batch_size", "features", "dim1", "dim2")
-    for name in names:
-        assert any(c.params[name] > 1024 for c in info.shape_cases), name
+    for name in ("dim1", "dim2"):  # InstanceNorm normalises over height and width
+        assert any(c.params[name] > 1024 for c in info.shape_cases if "big" not in c.tags), name
+    for name in ("batch_size", "features"):  # 1537 instances would be 1537 programs and prove nothing new
+        assert max(c.params[name] for c in info.shape_cases) < 1024, name
     ragged = [c for c in info.shape_cases if all(not _is_pow2(c.params[n]) for n in names)]
     assert ragged and all(footprint(Path(info.source_path), c.params).max_numel <= CPU_EDGE_MAX_NUMEL
                           for c in ragged if "big" not in c.tags)
@@ -125,6 +127,19 @@ def test_a_4d_problem_gets_every_size_past_1024_somewhere_and_one_case_with_all_
     numel = footprint(Path(info.source_path), big.params).max_numel
     assert CPU_BIG_MIN_NUMEL <= numel <= CPU_BIG_MAX_NUMEL
     assert any("spatial element" in d.reason for d in info.dropped_cases)  # 1x1 instances: the reference refuses
+
+
+def test_the_reference_is_probed_for_the_sizes_it_reduces_over(tmp_path):
+    from evaluation.shapes import _Problem
+
+    inorm = _Problem(_write(tmp_path, "inorm.py", INSTANCE))
+    assert inorm.mixing_slots({"batch_size": 4, "features": 3, "dim1": 5, "dim2": 6}) == {"dim1", "dim2"}
+    hinge = _Problem(_write(tmp_path, "hinge.py", HINGE))
+    assert hinge.mixing_slots({"batch_size": 6, "input_shape[0]": 6, "dim": 1}) == {"batch_size", "input_shape[0]", "dim"}
+    selu = _Problem(_write(tmp_path, "selu.py", "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
+                                              "        return torch.selu(x)\nb = 8\nd = 8\n"
+                                              "def get_inputs():\n    return [torch.randn(b, d)]\n"))
+    assert selu.mixing_slots({"b": 4, "d": 5}) == set()
 
 
 def test_the_big_case_crosses_one_million_elements_with_over_64_rows(tmp_path):
