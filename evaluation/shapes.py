@@ -20,10 +20,12 @@ stated once:
   for sizes the reference reduces, normalises or scans over, probed on the reference itself), the
   other sizes shrunk to fit; one "ragged" case where every size is a different non-power-of-two at once (4-D
   problems included); one "big" case, tagged "big" so a quick search may choose to skip it: for a
-  reduction (a size whose growth leaves the output's element count unchanged) the reduced sizes at 4099
-  and the kept ones small and odd, so a kernel with one program per output stays cheap; otherwise the
-  innermost input dimension at 4099 (a non-power-of-two past 4096) and just past 2^20 elements where
-  the shape allows (a kernel whose grid stops at 1024 blocks of 1024 fails there);
+  reduction over some sizes (growing them leaves the output's element count unchanged) those at 4099
+  and the kept ones small and odd, so a kernel with one program per output stays cheap; for elementwise
+  problems and full reductions the innermost input dimension at 4099 (a non-power-of-two past 4096) and
+  just past 2^20 elements where the shape allows (a kernel whose grid stops at 1024 blocks of 1024 fails
+  there); for norms, scans and pooling (the reference mixes along a size but keeps the output's size)
+  4099 wide and about 67 rows (issue 10's shape), since each row costs an interpreted program or more;
 - GPU: the shipped sizes when they fit the case budget (outputs travel between processes), else shrunk;
   edges at 1, 4099 and 12289;
 - `overrides` pin constants in every case; a pinned constant gets no edges.
@@ -47,6 +49,7 @@ CPU_EDGE_MAX_NUMEL = 16384
 CPU_BIG_MIN_NUMEL = (1 << 20) + 1  # the big case aims past this many elements...
 CPU_BIG_MAX_NUMEL = 1 << 21  # ...and stays under this
 CPU_BIG_TRIM_NUMEL = 1_250_000  # a big case past this is trimmed back towards CPU_BIG_MIN_NUMEL
+CPU_BIG_ROWS_MAX_NUMEL = 300_000  # norms, scans, pooling: about 67 rows of 4099 (issue 10's shape)
 BIG_WIDTHS = (4099, 2053, 1031)  # innermost size of the big case: the first that fits
 CUDA_CASE_MAX_BYTES = 1 << 30  # the stated GPU budget: inputs + parameters of one case
 CUDA_EDGE_MAX_BYTES = 256 << 20
@@ -305,6 +308,18 @@ class _Deriver:
         self.rep_fits, self.edge_fits = _budgets(device_kind)
         self.plan = Plan()
         self.seen: set[tuple] = set()
+        self.structural: set[tuple[str, ...]] = set()  # ties the reference needs: never untied
+
+    def find_structural_ties(self, rep: dict[str, int]) -> None:
+        """A tie is structural when the reference rejects it untied by one (100_HingeLoss multiplies a
+        (batch, N) tensor by a (batch,) one): such sizes only ever move together, since an untied value
+        that the reference still accepts (batch = 1 broadcasts) changes what it computes."""
+        for unit in self.units:
+            if len(unit) > 1:
+                reason = self.problem.rejects(dict(rep, **{unit[0]: rep[unit[0]] + 1}), self.device_kind)
+                if reason:
+                    self.structural.add(unit)
+                    self.plan.notes.append(f"{' and '.join(unit)} always move together: apart, {reason}")
 
     def accept(self, params: dict[str, int], tags: tuple[str, ...]) -> bool:
         key = _key(params)
@@ -357,7 +372,7 @@ class _Deriver:
         if mixing is None:
             mixing = {n for u in self.units for n in u}
         for unit in self.units:
-            groups = [unit] + ([(n,) for n in unit] if len(unit) > 1 else [])
+            groups = [unit] + ([(n,) for n in unit] if len(unit) > 1 and unit not in self.structural else [])
             for group in groups:
                 for edge in EDGES[self.device_kind]:
                     if all(rep[n] == edge for n in group):
@@ -421,7 +436,8 @@ class _Deriver:
             largest = max(range(len(inputs)), key=lambda i: inputs[i].numel())
             last = tuple(inputs[largest].shape)[-1:]
             for unit in sorted(self.units, key=lambda u: -rep[u[0]]):
-                for group in [unit] + ([(n,) for n in unit] if len(unit) > 1 else []):
+                members = [(n,) for n in unit] if len(unit) > 1 and unit not in self.structural else []
+                for group in members + [unit]:  # an untied member first: the rows need not grow with it
                     try:
                         moved = self.problem.inputs_meta(dict(rep, **{n: rep[n] + 1 for n in group}))
                     except Exception:
@@ -446,6 +462,14 @@ class _Deriver:
         2^20 elements (a grid capped at 1024 blocks of 1024 falls short there)."""
         reduced = self._reduced_units(rep)
         kept = [u for u in self.units if u not in reduced]
+        mixing = self.problem.mixing_slots(rep)
+        elementwise = mixing is not None and not mixing & {n for u in self.units for n in u}
+        if reduced and not kept or elementwise:  # a full reduction, or elementwise: past 2^20 elements
+            self._wide(rep, CPU_BIG_MAX_NUMEL, trim=True)
+            return
+        if not reduced:  # norms, scans, pooling: rows past 64 of 4099, each row one interpreted program or more
+            self._wide(rep, CPU_BIG_ROWS_MAX_NUMEL, trim=False)
+            return
         if reduced and kept:
             small = dict(zip(kept, (3, 5, 7, 11, 13, 17, 19, 23)))
             start = dict(rep, **{n: v for u, v in small.items() for n in u}, **{n: BIG_WIDTHS[0] for u in reduced for n in u})
@@ -454,11 +478,9 @@ class _Deriver:
                 if _is_pow2(params[unit[0]]):
                     params = dict(params, **{n: params[n] - 1 for n in unit})
             self.accept(params, ("big",))
-            return
-        self._wide(rep)
 
-    def _wide(self, rep: dict[str, int]) -> None:
-        big_fits = lambda f: f.max_numel <= CPU_BIG_MAX_NUMEL  # noqa: E731
+    def _wide(self, rep: dict[str, int], max_numel: int, trim: bool) -> None:
+        big_fits = lambda f: f.max_numel <= max_numel  # noqa: E731
         params = None
         others: list[tuple[str, ...]] = []
         for width in self._width_units(rep):
@@ -472,11 +494,11 @@ class _Deriver:
             if params is not None:
                 break
         if params is None:
-            self.plan.notes.append(f"no big case fits {CPU_BIG_MAX_NUMEL} elements with its innermost size at "
+            self.plan.notes.append(f"no big case fits {max_numel} elements with its innermost size at "
                                    f"{BIG_WIDTHS[-1]} or more")
             return
         numel = lambda p: self.problem.footprint(p).max_numel  # noqa: E731
-        if others and numel(params) > CPU_BIG_TRIM_NUMEL:  # trim to just past 2^20: the interpreter's cost
+        if trim and others and numel(params) > CPU_BIG_TRIM_NUMEL:  # trim to just past 2^20: the interpreter's cost
             unit = max(others, key=lambda u: params[u[0]])
             v = params[unit[0]]
             want = max(2, -(-v * CPU_BIG_MIN_NUMEL // numel(params)))
@@ -493,7 +515,7 @@ class _Deriver:
                 if cand >= 2 and big_fits(self.problem.footprint(trial)):
                     params = trial
                     break
-        if numel(params) < CPU_BIG_MIN_NUMEL:
+        if trim and numel(params) < CPU_BIG_MIN_NUMEL:
             self.plan.notes.append(f"the big case has fewer than {CPU_BIG_MIN_NUMEL} elements: the sizes that "
                                    f"do not scale the largest input stop it")
         self.accept(params, ("big",))
@@ -504,6 +526,7 @@ def derive_plan(path: Path, slots: dict[str, int], device_kind: str, overrides: 
     """The representative case first, then edges (and on the CPU the ragged and big cases)."""
     deriver = _Deriver(_Problem(path, source), slots, device_kind, overrides)
     rep = deriver.representative()
+    deriver.find_structural_ties(rep)
     deriver.edges(rep)
     if device_kind == "cpu":
         deriver.ragged(rep)

@@ -15,8 +15,9 @@ def hinge_loss_kernel(pred_ptr, tgt_ptr, out_ptr, n_rows, n_cols, inv_total, BLO
     cmask = cols < n_cols
     mask = rmask[:, None] & cmask[None, :]
     p = tl.load(pred_ptr + rows[:, None] * n_cols + cols[None, :], mask=mask, other=0.0)
-    t = tl.load(tgt_ptr + rows, mask=rmask, other=0.0)
-    h = tl.maximum(1.0 - p * t[:, None], 0.0)
+    # predictions * targets broadcasts targets along the last dimension, as in the reference
+    t = tl.load(tgt_ptr + cols, mask=cmask, other=0.0)
+    h = tl.maximum(1.0 - p * t[None, :], 0.0)
     h = tl.where(mask, h, 0.0)
     tl.atomic_add(out_ptr, tl.sum(tl.sum(h, axis=1), axis=0) * inv_total)
 
