@@ -780,8 +780,14 @@ def check_launches_at_scale(model_cls, problem_module, dtype: str, case_id: str,
 
     if _STATE.spec is None:
         return DryRunReport(case_id=case_id, inconclusive="device emulation is not installed")
+    import sys
+
     get_init = getattr(problem_module, "get_init_inputs", None)
     start = len(_STATE.dry_launches)
+    # PyTorch ops on meta tensors often run Python reference implementations whose first call imports
+    # torch._dynamo, and that import rebinds torch.manual_seed, which the worker's snapshot watches. The
+    # harness's own import must not be blamed on the candidate: the binding is put back afterwards.
+    seed_fn, had_dynamo = torch.manual_seed, "torch._dynamo" in sys.modules
     _STATE.dry += 1
     try:
         with candidate_scope(), torch.device("meta"), torch.no_grad():
@@ -802,4 +808,6 @@ def check_launches_at_scale(model_cls, problem_module, dtype: str, case_id: str,
                             inconclusive=f"{type(exc).__name__}: {text}")
     finally:
         _STATE.dry -= 1
+        if not had_dynamo and "torch._dynamo" in sys.modules:
+            torch.manual_seed = seed_fn
     return DryRunReport(case_id=case_id, launches=tuple(_STATE.dry_launches[start:]))

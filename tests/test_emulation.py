@@ -264,3 +264,16 @@ def test_in_a_worker_like_process_emulation_trips_no_guard(tmp_path, candidate, 
         assert out["report"]["autotune"][0]["agreed"] is True
     else:
         assert out["error"][0] == expect_error
+
+
+def test_a_dry_run_through_pytorch_meta_kernels_leaves_the_harness_bindings_as_they_were(emulated, tmp_path):
+    """layer_norm on meta tensors runs a Python reference whose first call imports torch._dynamo, which
+    rebinds torch.manual_seed; the worker's snapshot would blame the candidate for it."""
+    src = tmp_path / "torch_only.py"
+    src.write_text("import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n"
+                   "        return torch.nn.functional.layer_norm(x, (x.shape[-1],))\n")
+    seed_fn = torch.manual_seed
+    model_cls = _load(src, "torch_only").ModelNew
+    report = emulation.check_launches_at_scale(model_cls, exec_problem(DATA / "scale2_problem.py"), "float32", "c")
+    assert report.violation is None and report.launches == ()
+    assert torch.manual_seed is seed_fn
