@@ -43,7 +43,7 @@ def test_every_local_problem_of_the_corpus_loads_on_the_cpu(entry):
 @pytest.mark.slow
 @pytest.mark.skipif(not WIRED, reason="the worker does not call evaluation.emulation yet (the lead's wiring)")
 def test_the_fast_subset_has_no_false_accept_and_at_most_ten_percent_refused():
-    rows = [corpus.judge(e, trials=1) for e in ENTRIES if e.fast]
+    rows = [corpus.judge(e, trials=2) for e in ENTRIES if e.fast]  # trial 1 scales inputs: ReLU6 != HardTanh
     summary = corpus.summarize(rows)
     judged = [r for r in rows if r.outcome != "skipped" and r.depends_on is None]
     assert len(judged) >= 8, "the KernelBench dev set is missing"
