@@ -2,9 +2,10 @@
 
 Public API (everything else is internal):
 
-    load_problem(spec, device="cpu", overrides=None, timed=None) -> ProblemInfo
+    load_problem(spec, device="cpu", overrides=None, timed=None, dtypes=None, tolerance="strict") -> ProblemInfo
         spec: a built-in name ("layernorm") or a path to a KernelBench-style file; timed: case ids
-        ("M=4096,N=4096|bfloat16") that become the only cases tagged "timed" (ProblemError if unknown).
+        ("M=4096,N=4096|bfloat16") that become the only cases tagged "timed" (ProblemError if unknown);
+        tolerance: "strict" or "kernelbench" (atol = rtol = 1e-2).
     list_problems(device="cpu") -> list[ProblemInfo]       the built-in problems
     evaluate(source, problem, *, device="auto", timeout_s=120.0, trials=3, time_it=True,
              overrides=None, seed=None, baselines=("eager", "torch_compile"), sandbox=None) -> EvalResult

@@ -13,13 +13,14 @@ from typing import List, Optional
 import typer
 
 from evaluation.errors import CandidateError, ProblemError
+from evaluation.problem_file import SLOT
 
 
 def parse_sets(pairs: list[str] | None) -> dict[str, int]:
     out: dict[str, int] = {}
     for pair in pairs or ():
         name, sep, value = pair.partition("=")
-        if not sep or not name.strip().isidentifier():
+        if not sep or SLOT.match(name.strip()) is None:  # NAME, or NAME[i] for an item of a tuple constant
             raise ProblemError(f"malformed --set {pair!r}; expected NAME=INTEGER, e.g. --set dim=4099")
         try:
             out[name.strip()] = int(value)
@@ -104,6 +105,12 @@ def render_result(result) -> None:
                       "interval includes 1.0", markup=False, highlight=False, soft_wrap=True)
     if result.timing_note:
         console.print(f"timing: {result.timing_note}", markup=False, highlight=False, soft_wrap=True)
+    judged = f"judged under the {result.tolerance_policy} tolerance policy"
+    if result.emulated_device:
+        judged += f", on the CPU emulating {result.emulated_device}"
+    console.print(judged, markup=False, highlight=False, soft_wrap=True)
+    for approximation in result.approximations:
+        console.print(f"approximation: {approximation}", markup=False, highlight=False, soft_wrap=True)
     if result.stderr_tail and not result.passed:
         console.print("stderr (tail):\n" + result.stderr_tail[-1500:], markup=False, highlight=False, soft_wrap=True)
 
@@ -121,6 +128,8 @@ def register(app: typer.Typer) -> None:
             None, "--time-case", help="time only this case id, e.g. 'M=4096,N=4096|bfloat16' (repeatable)"),
         dtypes: Optional[List[str]] = typer.Option(
             None, "--dtype", help="judge only this declared dtype, e.g. bfloat16 (repeatable; default all)"),
+        tolerance: str = typer.Option("strict", "--tolerance",
+                                      help="strict (default: 1e-4 in float32) | kernelbench (atol = rtol = 1e-2)"),
         as_json: bool = typer.Option(False, "--json", help="print one JSON object (one line)"),
         sandbox: str = typer.Option("auto", "--sandbox",
                                     help="auto | required | off: run the candidate in an OS sandbox (bubblewrap)"),
@@ -129,6 +138,7 @@ def register(app: typer.Typer) -> None:
 
         Exit codes: 0 the candidate passed, 1 it failed (a verdict, not an error), 2 bad input.
         """
+        from evaluation.approximations import annotate
         from evaluation.fingerprint import resolve_device
         from evaluation.harness import evaluate
         from evaluation.problem import load_problem
@@ -136,8 +146,9 @@ def register(app: typer.Typer) -> None:
         overrides = parse_sets(sets)
         source = read_candidate(candidate)
         dev = resolve_device(device)
-        info = load_problem(problem, dev, overrides, timed=time_cases, dtypes=dtypes or None)
+        info = load_problem(problem, dev, overrides, timed=time_cases, dtypes=dtypes or None, tolerance=tolerance)
         result = evaluate(source, info, device=dev, timeout_s=timeout, trials=trials, sandbox=sandbox)
+        result = annotate(result, source, info)  # the policy that judged it, approximations (idempotent)
         if as_json:
             typer.echo(result.model_dump_json())
         else:

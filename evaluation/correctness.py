@@ -342,6 +342,8 @@ class CorrectnessRun:
             problem_sha256=self.info.source_sha256, init_seed=self.refs.init_seed, cases=specs,
             candidates=[protocol.CandidateSpec(name="0", folder="c0")],
             allowed_torch_ops=self.refs.allowed_torch_ops(),
+            launch_cases=[protocol.LaunchCase(case_id=c.case_id, params=c.params, dtype=c.dtype)
+                          for c in self.info.launch_cases] if self.device == "cpu" else [],
         )
 
     def on_message(self, message: protocol.Message, blob: bytes) -> bool:

@@ -140,10 +140,20 @@ def evaluate(
     base = dict(candidate_sha256=source_sha256(source), problem_id=info.problem_id, problem_name=info.name,
                 device=dev, fingerprint=fingerprint(dev), started_at=started, isolation=isolation)
 
+    seen: dict[str, protocol.Accounting] = {}  # the worker's accounting, once it arrived
+
     def finish(**fields) -> EvalResult:
+        from evaluation import approximations, binding
+
         if fields.get("message"):
             fields["message"] = scrub(fields["message"])
-        return EvalResult(**base, duration_s=time.monotonic() - t0, **fields)
+        acc = seen.get("accounting")
+        emu = acc.emulation if acc is not None else None
+        if emu is not None and emu.emulated:
+            fields.setdefault("emulated_device", f"{emu.device_name} ({emu.arch})")
+        result = EvalResult(**base, duration_s=time.monotonic() - t0, **fields)
+        result = binding.annotate(result, acc.weights if acc is not None else None)
+        return approximations.annotate(result, source, info)  # the policy that judged it, approximations
 
     report = check_source(source, Path(info.source_path).stem)
     if report.syntax_error:
@@ -173,6 +183,8 @@ def evaluate(
     if exit_.timed_out or not run.done:
         return finish(**_death(exit_, Stage.correctness, timeout_s), **common)
     acc = run.accounting
+    if acc is not None:
+        seen["accounting"] = acc
     refused, hybrid = run.accounted(Stage.correctness)
     if acc is not None:
         common.update(kernels=tuple(KernelInfo(**k.model_dump()) for k in acc.kernels), triton_launches=acc.launches,

@@ -34,6 +34,9 @@ from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 
+from evaluation.emulation import EmulationReport
+from evaluation.records import WeightBinding
+
 MAGIC = b"KSW1"
 _HEAD = struct.Struct("<4sIQ")
 MAC_BYTES = 32
@@ -93,6 +96,15 @@ class Limits(Wire):
     nproc: Optional[int] = None  # RLIMIT_NPROC; enforced per user, so only where the uid is the sandbox's
 
 
+class LaunchCase(Wire):
+    """A case followed at the target's full size on meta tensors (CPU emulation of a GPU): no kernel runs,
+    each launch's grid and num_warps is checked against the target's limits."""
+
+    case_id: str
+    params: dict[str, int]
+    dtype: str
+
+
 class WorkerRequest(Wire):
     mode: Literal["correctness", "timing", "baselines", "remeasure"]
     key: str  # hex; the MAC key of every frame the worker sends
@@ -106,6 +118,7 @@ class WorkerRequest(Wire):
     bench: BenchSpec = BenchSpec()
     samples_per_round: int = 30
     allowed_torch_ops: list[str] = []  # the problem's ALLOWED_TORCH_OPS (aten names), for the watch
+    launch_cases: list[LaunchCase] = []  # correctness on the CPU: full-size launches to check (emulation)
 
 
 class RoundCommand(Wire):
@@ -160,6 +173,8 @@ class Accounting(Wire):
     hybrid_ops: list[str] = []
     profiled: list[ProfiledKernel] = []
     profiler_error: Optional[str] = None  # the profiler could not run here (the kernels are then unlisted)
+    emulation: Optional[EmulationReport] = None  # a CPU run that emulated the target GPU (evaluation/emulation.py)
+    weights: Optional[WeightBinding] = None  # how the reference's weights reached the candidate (first case)
 
 
 class Stats(Wire):

@@ -65,7 +65,7 @@ class ShapeCase(Record):
     case_id: str  # e.g. "M=4096,N=4099|bfloat16"
     params: dict[str, int]  # the module-level constants bound for this case
     dtype: str  # torch dtype name for floating inputs: "float32", "bfloat16", "float16"
-    tags: tuple[str, ...] = ()  # "representative", "edge", "largest", "timed", "shipped"
+    tags: tuple[str, ...] = ()  # "representative", "edge", "largest", "timed", "shipped", "big", "launch_only"
 
 
 class Mismatch(Record):
@@ -155,6 +155,27 @@ class KernelInfo(Record):
     num_stages: Optional[int] = None
 
 
+class WeightMatch(Record):
+    """One candidate tensor and the reference tensor loaded into it."""
+
+    candidate: str  # the candidate's parameter, buffer or tensor attribute name
+    reference: str
+    how: str  # "name", "suffix" (same last name part), "shape" (the only one of its shape), "order"
+    # (same shape, matched in declaration order), "transposed" (the only one of the transposed shape)
+    shape: tuple[int, ...]
+
+
+class WeightBinding(Record):
+    """How the reference's weights were mapped onto the candidate (evaluation/binding.py)."""
+
+    loaded: bool  # every reference parameter reached the candidate, and every candidate parameter got one
+    method: str  # "exact" (same names and shapes), "matched", "partial", "none" (no weights on either side)
+    matches: tuple[WeightMatch, ...] = ()
+    unmatched_reference: tuple[str, ...] = ()  # reference tensors the candidate has no place for
+    unmatched_candidate: tuple[str, ...] = ()  # candidate tensors left at their own initialisation
+    message: str  # one line for humans and prompts
+
+
 class EvalResult(Record):
     """One candidate on one environment: the evaluator's whole verdict."""
 
@@ -190,6 +211,14 @@ class EvalResult(Record):
     @property
     def hybrid(self) -> bool:
         return bool(self.hybrid_ops)
+    # A CPU run that emulated a GPU for the candidate (evaluation/emulation.py): the target, e.g.
+    # "NVIDIA H200 (sm_90)"; None when the candidate ran on the real device or saw a plain CPU.
+    emulated_device: Optional[str] = None
+    tolerance_policy: str = "strict"  # the policy that judged this result (ProblemInfo.tolerance_policy)
+    # Known approximations the candidate uses where the reference is exact (e.g. "tanh-GELU for exact
+    # GELU"), with the deviation they account for; see evaluation/approximations.py.
+    approximations: tuple[str, ...] = ()
+    weight_binding: Optional[WeightBinding] = None  # how the reference's weights reached the candidate
 
     @property
     def passed(self) -> bool:
@@ -307,6 +336,13 @@ DEFAULT_TOLERANCES: dict[str, Tolerance] = {
 }
 
 
+class DroppedCase(Record):
+    """A derived shape the reference itself rejects (a broadcast that only holds at the shipped sizes)."""
+
+    params: dict[str, int]
+    reason: str  # one line: what the reference raised
+
+
 class ProblemInfo(Record):
     """A problem as the rest of kernelscout sees it (the loaded module stays inside evaluation)."""
 
@@ -328,6 +364,13 @@ class ProblemInfo(Record):
     # source_sha256), never the path, which only the machine that loaded the problem has.
     source: str = ""
     seed_source: Optional[str] = None
+    # Which tolerance policy `tolerances` follows: "strict" (the default) or "kernelbench" (1e-2).
+    tolerance_policy: str = "strict"
+    # GPU-sized cases whose launches a CPU worker follows on meta tensors, without running a kernel
+    # (evaluation/emulation.check_launches_at_scale): launch limits that only bite at full size.
+    launch_cases: tuple[ShapeCase, ...] = ()
+    dropped_cases: tuple[DroppedCase, ...] = ()  # derived shapes left out, each with its reason
+    shape_notes: tuple[str, ...] = ()  # what the derivation could not do (no big case fits, ...)
 
 
 def source_sha256(source: str) -> str:

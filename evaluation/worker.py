@@ -89,22 +89,23 @@ def import_candidate(path: Path, name: str = "candidate"):
 
 
 def build(model_cls, problem_module, init_seed: int, state: dict, device: str, dtype_name: str):
-    """Build a model after the reference's seed and init inputs; load the reference's weights when the
-    state dicts agree in keys and shapes, so parameter init order cannot matter; cast to the case."""
+    """Build a model after the reference's seed and init inputs; give it the reference's weights as far
+    as they map (evaluation/binding.py: same keys, else by shape and name), so parameter init order
+    cannot matter; cast to the case. Returns the model and how its weights were bound."""
     import torch
 
+    from evaluation import binding, emulation
     from evaluation.problem import init_inputs
 
     torch.manual_seed(init_seed)
     init = init_inputs(problem_module)
     torch.manual_seed(init_seed)
-    model = model_cls(*init)
-    if isinstance(model, torch.nn.Module):
-        own = model.state_dict()
-        if own.keys() == state.keys() and all(own[k].shape == state[k].shape for k in own):
-            model.load_state_dict(state)
-        model = model.to(device=device).to(dtype=getattr(torch, dtype_name)).eval()
-    return model
+    with emulation.candidate_scope():
+        model = model_cls(*init)
+        bound = binding.bind(model, state)
+        if isinstance(model, torch.nn.Module):
+            model = model.to(device=device).to(dtype=getattr(torch, dtype_name)).eval()
+    return model, bound
 
 
 class Worker:
@@ -158,9 +159,12 @@ class Worker:
         """The same guards, in the same order, in every mode that imports a candidate."""
         import torch
 
-        from evaluation import inputs, problem, timing  # noqa: F401  (imported before the snapshot watches them)
+        from evaluation import emulation, inputs, problem, timing  # noqa: F401  (before the snapshot watches them)
         from evaluation.guards import ComputeWatch, HarnessSnapshot, LaunchCounter
 
+        # On a CPU under the interpreter, the candidate sees the target GPU (its CUDA view, its launch
+        # limits); a no-op on a real GPU. Installed before the launch counter wraps the same entry points.
+        emulation.install(device=self.device)
         self.counter = LaunchCounter()
         self.counter.install()
         with ComputeWatch():  # exercise the mode once, so lazy imports it triggers precede the snapshot
@@ -188,19 +192,23 @@ class Worker:
         """One forward, watched; a Verdict for anything but honest Triton work."""
         import torch
 
+        from evaluation import emulation
         from evaluation.guards import ComputeWatch, shares_memory
 
         self.counter.begin()
         params = list(model.parameters()) + list(model.buffers()) if isinstance(model, torch.nn.Module) else []
         watch = ComputeWatch(self.req.allowed_torch_ops, self.counter, inputs, params)
         try:
-            with torch.no_grad(), watch:
+            with emulation.candidate_scope(), torch.no_grad(), watch:
                 out = model(*inputs)
             if self.device == "cuda" and not capturing:
                 torch.cuda.synchronize()  # an illegal memory access surfaces here
         except Verdict:
             raise
         except Exception as exc:
+            emulated = emulation.verdict_for(exc)  # a launch the emulated GPU would refuse, named as such
+            if emulated is not None:
+                raise Verdict(*emulated)
             if capturing:
                 raise  # Bench.prepare decides: not capturable is not a failure
             compile_error = self.counter.is_compile_error(exc)
@@ -311,28 +319,52 @@ class Worker:
 
     # -- correctness ----------------------------------------------------------------------------
     def correctness(self) -> None:
+        from evaluation import emulation
+
         self.arm()
         entry = self.req.candidates[0]
         try:
-            module = import_candidate(self.in_dir / entry.folder / protocol.CANDIDATE)
+            with emulation.candidate_scope():
+                module = import_candidate(self.in_dir / entry.folder / protocol.CANDIDATE)
         except Exception as exc:
             raise Verdict("compile_error", "compile", type(exc).__name__, "importing the candidate: " + one_line(exc))
         self.check_harness("compile")
         model_cls = getattr(module, "ModelNew", None)
         if model_cls is None:
             raise Verdict("compile_error", "compile", "MissingModelNew", "the candidate defines no ModelNew")
-        launches = 0
-        for case in self.req.cases:
+        launches, weights = 0, None
+        for number, case in enumerate(self.req.cases):
+            if number == 1:  # after the first case (so a candidate that kills itself dies in a named case):
+                self._launch_checks(model_cls)  # full-size launches the target would refuse, before big cases
             pm = self.problem(case)
             matmul_precision(pm)
-            model = self._build(model_cls, pm, case, "correctness")
+            model, bound = self._build(model_cls, pm, case, "correctness")
+            weights = weights or bound
             before = self.counter.total
             self.exercise(entry.name, model, pm, case, "correctness", timed=False)
             launches += self.counter.total - before
             del model
             self._free()
-        self.ch.send(self.accounting(entry.name, launches))
+        if len(self.req.cases) == 1:
+            self._launch_checks(model_cls)
+        acc = self.accounting(entry.name, launches)
+        self.ch.send(acc.model_copy(update={"emulation": emulation.report() if emulation.installed() else None,
+                                            "weights": weights}))
         self.ch.send(protocol.Done())
+
+    def _launch_checks(self, model_cls) -> None:
+        """Each launch case's forward followed at the target's full size on meta tensors (CPU emulation
+        only: no kernel runs); a launch over a limit of the target is a verdict."""
+        from evaluation import emulation
+
+        if not emulation.installed():
+            return
+        for lc in self.req.launch_cases:
+            dry = emulation.check_launches_at_scale(model_cls, self.problem(lc), lc.dtype, lc.case_id,
+                                                    self.req.init_seed)
+            verdict = emulation.dry_run_verdict(dry)
+            if verdict is not None:
+                raise Verdict(*verdict)
 
     def _build(self, model_cls, pm, case: protocol.CaseSpec, stage: str):
         try:
@@ -340,6 +372,11 @@ class Worker:
         except Verdict:
             raise
         except Exception as exc:
+            from evaluation import emulation
+
+            emulated = emulation.verdict_for(exc)
+            if emulated is not None:
+                raise Verdict(*emulated)
             raise Verdict("compile_error", "compile", type(exc).__name__,
                           f"building ModelNew for {case.case_id}: {one_line(exc)}")
 
@@ -352,10 +389,13 @@ class Worker:
     # -- timing ---------------------------------------------------------------------------------
     def _import_all(self) -> tuple[dict[str, Any], dict[str, str], dict[str, str]]:
         """Every candidate of the request, each imported as `candidate` from its own candidate.py."""
+        from evaluation import emulation
+
         modules, errors, classes = {}, {}, {}
         for entry in self.req.candidates:
             try:
-                modules[entry.name] = import_candidate(self.in_dir / entry.folder / protocol.CANDIDATE)
+                with emulation.candidate_scope():
+                    modules[entry.name] = import_candidate(self.in_dir / entry.folder / protocol.CANDIDATE)
             except Exception as exc:
                 errors[entry.name] = "importing the candidate again: " + one_line(exc)
                 classes[entry.name] = type(exc).__name__
@@ -377,7 +417,7 @@ class Worker:
                     continue
                 sys.modules["candidate"] = module
                 try:
-                    model = self._build(module.ModelNew, pm, case, "timing")
+                    model, _ = self._build(module.ModelNew, pm, case, "timing")
                     stats = self.exercise(name, model, pm, case, "timing", timed=True)
                     self.ch.send(protocol.Timed(index=case.index, candidate=name, stats=stats.model_dump()))
                 except Verdict as v:
@@ -472,7 +512,7 @@ class Worker:
                         continue
                     sys.modules["candidate"] = module
                     try:
-                        model = self._build(module.ModelNew, pm, case, "timing")
+                        model, _ = self._build(module.ModelNew, pm, case, "timing")
                         runners[name] = self.prepare(bench, model, case, "timing", name)
                     except Verdict as v:
                         case_errors[name] = v.message

@@ -151,8 +151,8 @@ def ingest_cmd(
         raise KnowledgeError("nothing to ingest: give one or more PATHs, or --builtin")
     if max_chunks < 1:
         raise KnowledgeError(f"--max-chunks must be at least 1, got {max_chunks}")
-    missing = [str(p) for p in paths or () if not p.exists()]
-    if missing:  # bad input, before the store is opened: one line and exit 2, nothing written
+    missing = [str(p) for p in paths or () if not p.exists() and not p.is_symlink()]
+    if paths and len(missing) == len(paths) and not builtin:  # nothing to read at all: bad input, exit 2
         raise KnowledgeError(f"no such file or folder: {', '.join(missing)}")
     options = IngestOptions(vendor=vendor, devices=tuple(device or ()), source_url=source_url,
                             doc_version=doc_version, kind=kind, origin=origin, force=force, max_chunks=max_chunks)

@@ -24,7 +24,7 @@ ALL = ("layernorm",) + OWNED
 SIZE_CONSTANTS = {name: ("M", "N") for name in ALL}
 SIZE_CONSTANTS["cross_entropy"] = ("M", "V")
 SIZE_CONSTANTS["matmul_epilogue"] = ("M", "K", "N")
-KNOWN_TAGS = {"representative", "timed", "largest", "edge", "shipped"}
+KNOWN_TAGS = {"representative", "timed", "largest", "edge", "shipped", "big", "llm_scale", "long_rows"}
 # Under the interpreter kernels read host memory; without it (a GPU machine) they need the GPU.
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 DEVICE = "cpu" if INTERPRETED or not torch.cuda.is_available() else "cuda"
@@ -50,12 +50,16 @@ def _seed(name):
     return importlib.import_module(f"evaluation.seeds.{name}")
 
 
-def _cases(names, device="cpu"):
+def _cases(names, device="cpu", slow_big=False):
+    """`slow_big`: the "big" case is marked slow (a test that forces tiny blocks on it takes 5-25 s)."""
     def case_id(name, case):
         return f"{name}-" + ",".join(f"{k}={v}" for k, v in case.items() if k != "tags")
 
+    def marks(case):
+        return [pytest.mark.slow] if slow_big and "big" in case["tags"] else []
+
     return [
-        pytest.param(name, case, id=case_id(name, case))
+        pytest.param(name, case, id=case_id(name, case), marks=marks(case))
         for name in names
         for case in _problem(name).SHAPES[device]
     ]
@@ -131,7 +135,7 @@ def test_seed_matches_float64_reference_on_every_cpu_case(name, case, dtype, mon
     assert all(torch.equal(a, b) for a, b in zip(inputs, originals)), "seed wrote into its input"
 
 
-@pytest.mark.parametrize("name,case", _cases(LOOPED))
+@pytest.mark.parametrize("name,case", _cases(LOOPED, slow_big=True))
 def test_looped_seed_stays_correct_when_a_row_spans_many_blocks(name, case, monkeypatch):
     # A 16-wide block makes N=1000 take 63 steps with a ragged tail: the online (max, sum) must hold
     tweak = lambda m: setattr(m, LOOPED[name], 16)  # noqa: E731
@@ -140,7 +144,7 @@ def test_looped_seed_stays_correct_when_a_row_spans_many_blocks(name, case, monk
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-@pytest.mark.parametrize("name,case", _cases(["matmul_epilogue"]))
+@pytest.mark.parametrize("name,case", _cases(["matmul_epilogue"], slow_big=True))
 def test_matmul_seed_stays_correct_with_many_ragged_tiles(name, case, dtype, monkeypatch):
     def small_tiles(m):
         m.block_m, m.block_n, m.block_k = 16, 16, 16
@@ -211,10 +215,51 @@ def test_cuda_set_has_timed_cases_and_exactly_one_largest(name):
 
 @pytest.mark.parametrize("name", OWNED)
 def test_cpu_set_stays_small_enough_for_the_interpreter(name):
-    limit = 64 if name == "matmul_epilogue" else 1000
     for case in _problem(name).SHAPES["cpu"]:
-        assert all(case[c] <= limit for c in SIZE_CONSTANTS[name]), case
-        assert case["M"] <= (64 if name == "matmul_epilogue" else 8), case
+        numel = max(case["M"] * case.get("K", 1), case["M"] * case.get("N", case.get("V", 1)))
+        if "big" in case["tags"]:  # one case past the common block sizes, a few hundred thousand elements
+            assert numel <= 300_000, case
+        else:
+            assert numel <= 8192 or (case["M"] <= 8 and numel <= 16384), case
+
+
+REDUCED = {name: ("N",) for name in ALL}
+REDUCED.update(cross_entropy=("V",), matmul_epilogue=("K",), swiglu=(), geglu=())
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_cpu_set_crosses_the_common_block_sizes(name):
+    """Issue 10: one case with more than 64 rows and a non-power-of-two width above 4096; issue 17: every
+    reduced dimension past 1024 somewhere, and one case with every size a non-power-of-two at once."""
+    cases = _problem(name).SHAPES["cpu"]
+    width = {"cross_entropy": "V"}.get(name, "N")
+    assert any(c["M"] > 64 and c[width] > 4096 and not _is_pow2(c[width]) for c in cases), name
+    for dim in REDUCED[name]:
+        assert any(1024 < c[dim] for c in cases if "big" not in c["tags"]), (name, dim)
+    sizes = SIZE_CONSTANTS[name]
+    assert any(all(not _is_pow2(c[d]) for d in sizes) for c in cases), name
+
+
+NEW_GPU_CASES = {name: {(16384, 8192): "llm_scale"} for name in ("layernorm", "rmsnorm", "add_rmsnorm", "softmax",
+                                                                 "log_softmax", "swiglu", "geglu")}
+for _name in ("layernorm", "rmsnorm", "add_rmsnorm", "softmax", "log_softmax"):
+    NEW_GPU_CASES[_name][(16, 4194304)] = "long_rows"
+
+
+@pytest.mark.parametrize("name", sorted(NEW_GPU_CASES))
+def test_llm_scale_cuda_cases_are_declared_but_not_timed_by_default(name):
+    cases = {(c["M"], c["N"]): c["tags"] for c in _problem(name).SHAPES["cuda"]}
+    for shape, tag in NEW_GPU_CASES[name].items():
+        assert cases[shape] == (tag,), (shape, cases.get(shape))  # no "timed": --time-case selects them
+
+
+def test_cross_entropy_declares_the_llama3_vocabulary_case():
+    cases = {(c["M"], c["V"]): c["tags"] for c in _problem("cross_entropy").SHAPES["cuda"]}
+    assert "timed" in cases[(8192, 128256)]
+
+
+def _is_pow2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])

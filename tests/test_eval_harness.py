@@ -50,7 +50,7 @@ def test_weights_come_from_the_reference_whatever_order_the_candidate_builds_the
 
 def test_integer_targets_reach_the_candidate_as_int64_on_a_rebound_kernelbench_file():
     info = load_problem(str(FIXTURES / "pick_logit.py"), "cpu")
-    assert {c.params["classes"] for c in info.shape_cases} >= {1, 97, 1000}
+    assert {c.params["classes"] for c in info.shape_cases} >= {1, 97, 1537}  # past one 1024-wide block
     source = (FIXTURES / "pick_logit_triton.py").read_text()
     result = evaluate(source, info, device="cpu", trials=2)
     assert result.status is Status.passed, result.message

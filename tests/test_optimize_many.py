@@ -133,7 +133,7 @@ def test_ctrl_c_interrupts_every_running_search_and_each_resumes(tmp_path):
         ex.close()
         assert [o.state for o in result.outcomes] == ["interrupted", "interrupted"]
         runs = [st.get_run(r) for r in result.interrupted_runs]
-        assert [(r.status, r.stop_reason) for r in runs] == [(RunStatus.failed, "interrupted")] * 2
+        assert [(r.status, r.stop_reason) for r in runs] == [(RunStatus.interrupted, "interrupted")] * 2
         for run_id in result.interrupted_runs:
             resume(run_id, st)
         finished = [st.get_run(r) for r in result.interrupted_runs]

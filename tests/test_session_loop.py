@@ -373,7 +373,7 @@ def test_ctrl_c_records_the_run_interrupted_exits_3_and_resume_finishes_it(home)
     with Store.open(home) as st:
         run = st.get_run(run_id)
         done_before = [cid for cid, _ in search_evals(st, run_id)]
-        assert (run.status, run.stop_reason) == (RunStatus.failed, "interrupted")
+        assert (run.status, run.stop_reason) == (RunStatus.interrupted, "interrupted")
         assert 1 <= len(done_before) <= 2 and all(r.passed for _, r in search_evals(st, run_id))
         evaluated_on_resume = []
         resume(run_id, st, on_event=lambda e: e.kind == "evaluated" and evaluated_on_resume.append(e.candidate_id))

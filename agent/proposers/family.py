@@ -15,7 +15,6 @@ reference once with probe sizes), which forward input plays which role, and cons
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 import math
 import types
@@ -26,6 +25,7 @@ from typing import Any, Optional, Union
 import torch
 from agent import Frozen
 
+from evaluation.problem_file import init_inputs as problem_init_inputs
 from evaluation.errors import KscoutError
 
 FAMILIES = (
@@ -67,20 +67,18 @@ class FamilyMatch(_Record):
 
 
 def load_reference(path: Union[str, Path]) -> types.ModuleType:
-    """Import a KernelBench-style file under a private name, so two problems never share a module."""
+    """Execute a KernelBench-style file as a fresh module through the evaluator's one loader
+    (evaluation/problem_file.py), so the proposer and the judge read a problem the same way."""
+    from evaluation.problem import ProblemError
+    from evaluation.problem_file import exec_problem
+
     path = Path(path)
     if not path.is_file():
         raise FamilyMatchError(f"reference file not found: {path}")
-    name = f"_kscout_ref_{abs(hash(str(path.resolve())))}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
     try:
-        spec.loader.exec_module(module)
-    except Exception as exc:
-        raise FamilyMatchError(f"cannot import {path}: {type(exc).__name__}: {exc}") from exc
-    for attr in ("Model", "get_inputs", "get_init_inputs"):
-        if not hasattr(module, attr):
-            raise FamilyMatchError(f"{path} has no {attr}: not a KernelBench-style reference")
+        module = exec_problem(path)
+    except ProblemError as exc:
+        raise FamilyMatchError(str(exc)) from None
     return module
 
 
@@ -574,7 +572,7 @@ def match_family(problem: Union[str, Path, types.ModuleType]) -> FamilyMatch:
     with torch.random.fork_rng():
         fake = FakeTensorMode(allow_non_fake_inputs=True)
         try:
-            init_inputs = list(module.get_init_inputs())
+            init_inputs = problem_init_inputs(module)
             signature, bound = _init_signature(module.Model, init_inputs)
             with fake:
                 model = module.Model(*init_inputs)

@@ -11,12 +11,15 @@ printed, and an exit code a script can trust: 0 a passing kernel was found, 1 no
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
 from agent.search.session import SessionEvent
 from agent.term import console, print_json
+
+if TYPE_CHECKING:
+    from agent.search.summary import RunSummary
 
 EXIT_NO_KERNEL = 1
 
@@ -164,6 +167,7 @@ def optimize(
         None, "--dtype", help="prove and time only this declared dtype, e.g. bfloat16 (repeatable; default all)"),
     out: Optional[Path] = typer.Option(None, "--out", help="write the best kernel here "
                                                            "(default ./kscout-best/PROBLEM-RUN.py)"),
+    tolerance: str = typer.Option("strict", help="strict (default) | kernelbench (atol = rtol = 1e-2)"),
     executor: str = ExecutorOpt,
     ray_address: Optional[str] = RayAddressOpt,
     ray_resource: Optional[str] = RayResourceOpt,
@@ -180,11 +184,14 @@ def optimize(
 
     if proposer not in ("template", "llm"):
         raise SessionError(f"--proposer must be template or llm (got {proposer!r})")
+    if tolerance not in ("strict", "kernelbench"):
+        raise SessionError(f"--tolerance must be strict or kernelbench (got {tolerance!r})")
     config = SessionConfig(problem=problem, device=device, proposer=proposer, model=model, api_base=api_base,
                            budget=budget, minutes=minutes, target_speedup=target_speedup, stall=stall,
                            seed=seed, max_cost_usd=max_cost, batch=batch, workers=workers, compile_every=compile_every,
                            trials=trials, time_cases=tuple(time_case or ()), dtypes=tuple(dtype or ()),
-                           executor=executor, ray_resource=ray_resource, sandbox=sandbox).check()
+                           tolerance=tolerance, executor=executor, ray_resource=ray_resource,
+                           sandbox=sandbox).check()
     run_id = _run_session(store, lambda st, view: start(config, st, on_event=view, ray_address=ray_address))
     _exit(_finish(store, run_id, as_json, out))
 
@@ -371,6 +378,7 @@ def _register_many(app: typer.Typer) -> None:
         workers: int = typer.Option(1, help="checks in parallel per device"),
         trials: int = typer.Option(2, help="correctness trials per shape"),
         dtype: Optional[List[str]] = typer.Option(None, "--dtype", help="prove and time only this dtype (repeatable)"),
+        tolerance: str = typer.Option("strict", help="strict (default) | kernelbench (atol = rtol = 1e-2)"),
         executor: str = ExecutorOpt,
         ray_address: Optional[str] = RayAddressOpt,
         ray_resource: Optional[str] = RayResourceOpt,
@@ -384,10 +392,13 @@ def _register_many(app: typer.Typer) -> None:
 
         if proposer not in ("template", "llm"):
             raise SessionError(f"--proposer must be template or llm (got {proposer!r})")
+        if tolerance not in ("strict", "kernelbench"):
+            raise SessionError(f"--tolerance must be strict or kernelbench (got {tolerance!r})")
         loaded = load_manifest(manifest) if manifest else None
         base = dict(device=device, proposer=proposer, model=model, api_base=api_base, budget=budget,
                     target_speedup=target_speedup, stall=stall, seed=seed, batch=batch, workers=workers,
-                    trials=trials, dtypes=tuple(dtype or ()), executor=executor, ray_resource=ray_resource)
+                    trials=trials, dtypes=tuple(dtype or ()), tolerance=tolerance, executor=executor,
+                    ray_resource=ray_resource)
         configs = plan(list(problems or ()), base, loaded)
         given = dict(minutes=minutes, max_cost_usd=max_cost, concurrency=concurrency)
         shared = Shared(**{**(loaded.shared.model_dump() if loaded else {}),

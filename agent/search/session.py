@@ -110,12 +110,13 @@ class SessionConfig(_Frozen):
     executor: str = DEFAULT_EXECUTOR  # where candidates run: "local" | "ray" (agent.search.executors)
     ray_resource: Optional[str] = None  # a custom Ray resource every task requests (routes to that hardware)
     sandbox: Optional[Literal["auto", "required", "off"]] = None  # the evaluator's OS sandbox (None: $KSCOUT_SANDBOX or auto)
+    tolerance: Literal["strict", "kernelbench"] = "strict"  # the policy every candidate is judged under
 
     def load_problem(self, device_kind: str) -> ProblemInfo:
         import evaluation
 
         return evaluation.load_problem(self.problem, device=device_kind, timed=list(self.time_cases) or None,
-                                       dtypes=list(self.dtypes) or None)
+                                       dtypes=list(self.dtypes) or None, tolerance=self.tolerance)
 
     def check(self) -> "SessionConfig":
         if self.budget < 1:

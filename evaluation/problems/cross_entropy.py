@@ -32,6 +32,8 @@ SHAPES = {
         {"M": 7, "V": 97, "tags": ("edge",)},
         {"M": 5, "V": 1000, "tags": ("edge",)},
         {"M": 3, "V": 1, "tags": ("edge",)},
+        {"M": 3, "V": 1537, "tags": ("edge",)},  # a row past 1024
+        {"M": 67, "V": 4099, "tags": ("big",)},  # > 64 rows, a non-power-of-two width past 4096
     ],
 }
 

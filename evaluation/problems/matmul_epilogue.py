@@ -38,6 +38,8 @@ SHAPES = {
         {"M": 37, "K": 61, "N": 53, "tags": ("edge",)},
         {"M": 50, "K": 40, "N": 30, "tags": ("edge",)},
         {"M": 9, "K": 1, "N": 1, "tags": ("edge",)},
+        {"M": 5, "K": 1537, "N": 7, "tags": ("edge",)},  # a reduction past 1024
+        {"M": 67, "K": 33, "N": 4099, "tags": ("big",)},  # > 64 rows, a non-power-of-two width past 4096
     ],
 }
 

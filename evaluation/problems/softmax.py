@@ -25,6 +25,8 @@ SHAPES = {
         {"M": 127, "N": 1000, "tags": ("edge",)},
         {"M": 3, "N": 50257, "tags": ("edge",)},
         {"M": 65, "N": 1, "tags": ("edge",)},
+        {"M": 16384, "N": 8192, "tags": ("llm_scale",)},  # timed on request: --time-case
+        {"M": 16, "N": 4194304, "tags": ("long_rows",)},  # few long rows (40_LayerNorm's shape)
     ],
     "cpu": [
         {"M": 8, "N": 256, "tags": ("representative",)},
@@ -32,6 +34,8 @@ SHAPES = {
         {"M": 7, "N": 97, "tags": ("edge",)},
         {"M": 5, "N": 1000, "tags": ("edge",)},
         {"M": 3, "N": 1, "tags": ("edge",)},
+        {"M": 3, "N": 1537, "tags": ("edge",)},  # a row past 1024
+        {"M": 67, "N": 4099, "tags": ("big",)},  # > 64 rows, a non-power-of-two width past 4096
     ],
 }
 
