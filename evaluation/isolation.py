@@ -204,8 +204,8 @@ def _bwrap_args(scratch: Scratch, device: str, uid: int | None) -> list[str]:
                 out += ["--perms", "0755", "--dir", str(parent)]
         return out
 
-    for folder in _python_folders():
-        if any(_under(folder, h) for h in hidden):
+    for folder in _python_folders():  # an environment under /tmp or a hidden folder is bound back, read-only
+        if any(_under(folder, f) for f in fresh if f != Path("/dev")):
             args += parents(folder) + ["--ro-bind", str(folder), str(folder)]
     if device != "cpu":
         for pattern in GPU_DEVICE_GLOBS:

@@ -171,6 +171,11 @@ class Worker:
             torch.empty(1)
         if self.device == "cuda":
             self.bench = self.make_bench()  # the flush buffer exists in correctness and timing alike
+            # The profiler and graph capture import torch._dynamo lazily, and that import rebinds
+            # torch.manual_seed: imported here, before the snapshot, the harness never blames a candidate
+            # for its own import.
+            import torch._dynamo  # noqa: F401
+            import torch.profiler  # noqa: F401
         self.snapshot = HarnessSnapshot()
 
     def check_harness(self, stage: str) -> None:

@@ -224,3 +224,30 @@ def test_secret_looking_text_is_scrubbed():
     env = {"OPENAI_API_KEY": "not-a-pattern-but-a-value-123", "HOME": "/root"}
     text = "key=not-a-pattern-but-a-value-123 sk-ant-api03-abcdefghijklmnopqrstuv hf_ABCDEFGHIJKLMNOPQRSTUVWX /root"
     assert scrub(text, env) == "key=[redacted] [redacted] [redacted] /root"
+
+
+@needs_sandbox
+def test_an_import_path_under_tmp_is_visible_inside_the_sandbox(tmp_path, monkeypatch):
+    """/tmp is a fresh, empty mount inside; a Python environment installed there (pip --target /tmp/site,
+    as on a bare GPU machine) must be bound back, or the worker cannot import pydantic at all."""
+    import subprocess
+    import sys
+
+    from evaluation import isolation
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "kscout_tmp_probe.py").write_text("VALUE = 42\n")
+    monkeypatch.syspath_prepend(str(site))
+    scratch = isolation.Scratch.make(None, "kscout-test-")
+    try:
+        cmd = isolation._bwrap_args(scratch, "cpu", None) + [
+            sys.executable, "-c", "import kscout_tmp_probe, os; print(kscout_tmp_probe.VALUE, os.listdir('/tmp'))"]
+        env = dict(os.environ, PYTHONPATH=str(site))
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+    finally:
+        scratch.cleanup()
+    assert done.returncode == 0, done.stderr[-500:]
+    value, listing = done.stdout.split(" ", 1)
+    assert value == "42"
+    assert "kscout-home" not in listing  # only the bound paths exist under the fresh /tmp
