@@ -412,3 +412,10 @@ def m003_lookup_indexes(con: duckdb.DuckDBPyConnection) -> None:
         CREATE INDEX llm_calls_run_idx ON llm_calls (run_id);
         """
     )
+
+
+@MIGRATIONS.register
+def m004_outcome_schedule_kind(con: duckdb.DuckDBPyConnection) -> None:
+    """Outcomes keyed by schedule kind as well as op family ("matmul+row"), so what a row kernel
+    learned on one graph seeds the row kernels of another (NULL for outcomes written before)."""
+    con.execute("ALTER TABLE outcomes ADD COLUMN schedule_kind VARCHAR")

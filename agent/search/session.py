@@ -125,7 +125,7 @@ def make_proposer(config: SessionConfig, run_id: str, store, spent_usd: float = 
                            backoff_s=config.llm_backoff_s, max_cost_usd=config.max_cost_usd, spent_usd=spent_usd)
     from agent.proposers.template import TemplateProposer
 
-    return TemplateProposer()
+    return TemplateProposer(schedule_hints=store.schedule_hints)
 
 
 class Session:
