@@ -179,8 +179,11 @@ def _tuple(v, n):
     return tuple(v) if isinstance(v, (tuple, list)) else (v,) * n
 
 
+CARRIER_OFFSET = 2  # a carrier is v + 2 long: sizes 0 and 1 would be fixed by the trace, not symbols
+
+
 class _Carriers:
-    """Module int settings traced as sizes of one-dimensional placeholder tensors."""
+    """Module int settings traced as sizes of one-dimensional placeholder tensors (v + CARRIER_OFFSET long)."""
 
     def __init__(self, fake_mode):
         self.fake_mode = fake_mode
@@ -192,7 +195,7 @@ class _Carriers:
 
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise LoweringError(f"{expr} = {value!r} is not a size")
-        meta = torch.empty(value, device="meta")
+        meta = torch.empty(value + CARRIER_OFFSET, device="meta")
         fake = self.fake_mode.from_tensor(meta, symbolic_context=StatelessSymbolicContext(
             dynamic_sizes=[DimDynamic.DYNAMIC]))
         self.names.append(expr)
@@ -281,7 +284,7 @@ def _patched(model, patched, carrier_values):
 
                 def fwd(x, m=m, kind=kind, d=d, slots=slots):
                     def get(attr):
-                        return tuple(carrier_values()[slots[(attr, i)]].shape[0] for i in range(d))
+                        return tuple(carrier_values()[slots[(attr, i)]].shape[0] - CARRIER_OFFSET for i in range(d))
                     dil = get("dilation") if kind == "max" else (1,) * d
                     return _pool_call(x, kind, d, get("kernel_size"), get("stride"), get("padding"), dil,
                                       m.ceil_mode, getattr(m, "count_include_pad", True),
@@ -289,12 +292,12 @@ def _patched(model, patched, carrier_values):
                 m.forward = fwd
             elif what == "group_norm":
                 def fwd(x, m=m, slot=info["groups"]):
-                    groups = carrier_values()[slot].shape[0]
+                    groups = carrier_values()[slot].shape[0] - CARRIER_OFFSET
                     return _group_norm(x, groups, m.weight, m.bias, m.eps)
                 m.forward = fwd
             elif what == "layer_norm":
                 def fwd(x, m=m, slots=info):
-                    shape = [carrier_values()[i].shape[0] for i in slots]
+                    shape = [carrier_values()[i].shape[0] - CARRIER_OFFSET for i in slots]
                     return torch.nn.functional.layer_norm(x, shape, m.weight, m.bias, m.eps)
                 m.forward = fwd
             else:
@@ -330,6 +333,33 @@ def _group_norm(x, groups, weight, bias, eps):
         if bias is not None:
             y = y + bias.reshape(shape)
     return y
+
+
+def _out_of_place(gm) -> None:
+    """Rewrite in-place aten ops (decompositions use some: clamp_min_ in cosine_similarity) as their
+    out-of-place form, and let every later use of the mutated tensor read the result instead."""
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    for node in list(gm.graph.nodes):
+        target = node.target
+        if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+            continue
+        schema = target._schema
+        if not (schema.arguments and schema.arguments[0].alias_info is not None
+                and schema.arguments[0].alias_info.is_write):
+            continue
+        packet = target.overloadpacket.__name__
+        if not packet.endswith("_"):
+            raise LoweringError(f"in-place op {target} is not lowered")
+        functional = getattr(getattr(torch.ops.aten, packet[:-1], None), target._overloadname, None)
+        if functional is None:
+            raise LoweringError(f"in-place op {target} has no out-of-place form")
+        mutated = node.args[0]
+        node.target = functional
+        for user in list(mutated.users):
+            if user is not node and order[user] > order[node]:
+                user.replace_input_with(mutated, node)
+    gm.graph.lint()
+    gm.recompile()
 
 
 # ---------------------------------------------------------------- the entry point
@@ -403,6 +433,7 @@ def capture(source: str, path: str) -> Captured:
     try:
         with _patched(model, patched, lambda: current["carriers"]):
             gm = make_fx(forward, decomposition_table=decompositions(), tracing_mode="fake")(*flat)
+        _out_of_place(gm)
     except LoweringError:
         raise
     except Exception as exc:

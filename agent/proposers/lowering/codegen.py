@@ -192,6 +192,14 @@ class _Resolver:
         return None
 
 
+_XR = "[XBLOCK, RBLOCK]"
+
+
+def _tile(text: str, shape: str) -> str:
+    """An offset or value broadcast to the kernel's tile (an index may skip a size-1 dim's variable)."""
+    return f"tl.broadcast_to({text}, {shape})"
+
+
 def _cast_store(value: str, ptr: str) -> str:
     return f"{value}.to({ptr}.dtype.element_ty)"
 
@@ -220,7 +228,7 @@ def pointwise_kernel(g: Group, kernel: _Kernel, store: set[str]) -> dict:
         resolver.registers[t.out.name] = (flat, v)
         if t.out.name in store:
             kernel.use_buffer(t.out.name)
-            stores.append(f"    tl.store({t.out.name} + (xindex), {_cast_store(v, t.out.name)}, xmask)")
+            stores.append(f"    tl.store({t.out.name} + (xindex), {_cast_store(_tile(v, '[XBLOCK]'), t.out.name)}, xmask)")
     decomp = _decompose("xindex", [v.name for v in xv], shape, kernel, 4)
     _loads_used(kernel, lines, set(kernel.program.buffers))
     body = "\n".join(decomp + lines + stores)
@@ -376,7 +384,8 @@ def reduction_kernel(g: Group, kernel: _Kernel, store: set[str]) -> dict:
                     resolver.current = t.out.name
                     v = w.value(body_of(t))
                     kernel.use_buffer(t.out.name)
-                    lines.append(f"tl.store({t.out.name} + ({w.index(full_flat)}), {_cast_store(v, t.out.name)}, {mask})")
+                    lines.append(f"tl.store({t.out.name} + {_tile(w.index(full_flat), _XR)}, "
+                                 f"{_cast_store(_tile(v, _XR), t.out.name)}, {mask})")
             out += lines
         else:
             for j, t in enumerate(reds):
@@ -406,7 +415,8 @@ def reduction_kernel(g: Group, kernel: _Kernel, store: set[str]) -> dict:
                     resolver.current = t.out.name
                     v = w.value(body_of(t))
                     kernel.use_buffer(t.out.name)
-                    stores.append(f"tl.store({t.out.name} + ({w.index(full_flat)}), {_cast_store(v, t.out.name)}, {mask})")
+                    stores.append(f"tl.store({t.out.name} + {_tile(w.index(full_flat), _XR)}, "
+                                  f"{_cast_store(_tile(v, _XR), t.out.name)}, {mask})")
                 rn = kernel.size(ir.prod([full[i] for i in reduced]))
                 out.append(f"for roffset in range(0, {rn}, RBLOCK):")
                 out.append("    rindex = roffset + rbase")
@@ -427,7 +437,7 @@ def reduction_kernel(g: Group, kernel: _Kernel, store: set[str]) -> dict:
             v = w.value(body_of(t))
             if t.out.name in store:
                 kernel.use_buffer(t.out.name)
-                lines.append(f"tl.store({t.out.name} + (xindex), {_cast_store(v, t.out.name)}, xmask)")
+                lines.append(f"tl.store({t.out.name} + (xindex), {_cast_store(_tile(v, '[XBLOCK, 1]'), t.out.name)}, xmask)")
         out += lines
         return out
 
@@ -475,7 +485,8 @@ def matmul_kernel(g: Group, kernel: _Kernel, store: set[str], precision: str) ->
     stores = []
     if mm.out.name in store:
         kernel.use_buffer(mm.out.name)
-        stores.append(f"    tl.store({mm.out.name} + ({we.index(flat)}), {_cast_store('acc', mm.out.name)}, emask)")
+        stores.append(f"    tl.store({mm.out.name} + {_tile(we.index(flat), '[BLOCK_M, BLOCK_N]')}, "
+                      f"{_cast_store('acc', mm.out.name)}, emask)")
     for t in g.tasks[1:]:
         resolver.current = t.out.name
         body = reindex(t.body, dict(zip(index_vars("x", len(out_vars)), out_vars)))
@@ -485,7 +496,8 @@ def matmul_kernel(g: Group, kernel: _Kernel, store: set[str], precision: str) ->
         resolver.inline[t.out.name] = (flat_index(t.out.shape, out_vars), body)
         if t.out.name in store:
             kernel.use_buffer(t.out.name)
-            stores.append(f"    tl.store({t.out.name} + ({we.index(flat)}), {_cast_store(v, t.out.name)}, emask)")
+            stores.append(f"    tl.store({t.out.name} + {_tile(we.index(flat), '[BLOCK_M, BLOCK_N]')}, "
+                          f"{_cast_store(_tile(v, '[BLOCK_M, BLOCK_N]'), t.out.name)}, emask)")
     _loads_used(kernel, a_lines + b_lines + e_lines, set(kernel.program.buffers))
     return dict(
         m=kernel.size(mm.m), n=kernel.size(mm.n), k=kernel.size(mm.k), bdecomp="\n".join(bdecomp),
@@ -535,7 +547,8 @@ def scan_kernel(g: Group, kernel: _Kernel, store: set[str]) -> dict:
         stores = []
         if sc.out.name in store:
             kernel.use_buffer(sc.out.name)
-            stores.append(f"tl.store({sc.out.name} + ({w.index(flat)}), {_cast_store('c', sc.out.name)}, xmask & rmask)")
+            stores.append(f"tl.store({sc.out.name} + {_tile(w.index(flat), _XR)}, {_cast_store('c', sc.out.name)}, "
+                          f"xmask & rmask)")
         for t in g.tasks[1:]:
             resolver.current = t.out.name
             kernel.note_expr(t.body)
@@ -544,8 +557,8 @@ def scan_kernel(g: Group, kernel: _Kernel, store: set[str]) -> dict:
             resolver.inline[t.out.name] = (flat, t.body)
             if t.out.name in store:
                 kernel.use_buffer(t.out.name)
-                stores.append(f"tl.store({t.out.name} + ({w.index(flat)}), {_cast_store(val, t.out.name)}, "
-                              f"xmask & rmask)")
+                stores.append(f"tl.store({t.out.name} + {_tile(w.index(flat), _XR)}, "
+                              f"{_cast_store(_tile(val, _XR), t.out.name)}, xmask & rmask)")
         return lines + stores
 
     rdecomp = [f"x{sc.axis} = rindex"]

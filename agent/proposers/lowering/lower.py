@@ -15,7 +15,7 @@ import sympy
 import torch
 
 from agent.proposers.lowering import ir
-from agent.proposers.lowering.capture import Captured
+from agent.proposers.lowering.capture import CARRIER_OFFSET, Captured
 from agent.proposers.lowering.ir import (
     Arg, Buffer, BufferValue, Lazy, LoweringError, PointwiseTask, Value, compute_dtype, index_vars, size_of, sym,
 )
@@ -80,9 +80,9 @@ class Lowerer:
             if ph.kind == "carrier":
                 e = self.expr(fake.shape[0])
                 if isinstance(e, sympy.Symbol):
-                    p.bindings.setdefault(e, f"int({ph.name})")
+                    p.bindings.setdefault(e, f"int({ph.name}) + {CARRIER_OFFSET}")
                 else:
-                    p.checks.append((f"int({ph.name})", e, ph.name))
+                    p.checks.append((f"int({ph.name}) + {CARRIER_OFFSET}", e, ph.name))
                 self.values[node] = None
                 continue
             if ph.kind == "scalar":
@@ -117,13 +117,12 @@ class Lowerer:
             fn = LOWERINGS.get(node.target) or LOWERINGS.get(_key(node.target))
             if fn is None:
                 missing.append(_display(node.target, node))
+            if missing:  # keep walking only to name every unsupported op
                 self.values[node] = None
                 continue
             args = [self._arg(a) for a in node.args]
             kwargs = {k: self._arg(v) for k, v in node.kwargs.items() if k not in ("device", "layout", "pin_memory",
                                                                               "memory_format", "dtype")}
-            if missing:
-                continue  # keep walking only to name every unsupported op
             out = fn(self, node, *args, **kwargs)
             self.values[node] = self._maybe_realize(node, out)
         if missing:

@@ -256,6 +256,17 @@ def _clamp(lw, node, x, lo=None, hi=None):
     return out
 
 
+def _clamp_side(op: str):
+    def lower(lw, node, x, bound):
+        d = result_dtype(node)
+        return pointwise(d, lambda v, m: Op(d, op, (v, m)), x, bound, compute=d)
+    return lower
+
+
+register(*[getattr(aten.clamp_min, o) for o in aten.clamp_min.overloads()])(_clamp_side("maximum"))
+register(*[getattr(aten.clamp_max, o) for o in aten.clamp_max.overloads()])(_clamp_side("minimum"))
+
+
 @register(*[getattr(aten.where, o) for o in aten.where.overloads() if o != "default"],
           *[getattr(torch.ops.prims.where, o) for o in torch.ops.prims.where.overloads()])
 def _where(lw, node, cond, a, b):
@@ -649,10 +660,12 @@ def _var(lw, node, x, dims=None, unbiased=None, keepdim=False, correction=None, 
 # ---------------------------------------------------------------- contractions
 
 
-def _matmul(lw, a: Value, b: Value, batch: Sequence) -> BufferValue:
+def _matmul(lw, a: Value, b: Value, batch: Sequence) -> Value:
     nb = len(batch)
     m, k = a.shape[-2], a.shape[-1]
     n = b.shape[-1]
+    if n == One or m == One:
+        return _matvec(lw, a, b, batch)
     bvars = index_vars("b", nb)
     vm, vn, vk = (sympy.Symbol(s, integer=True, nonnegative=True) for s in ("mm_m", "mm_n", "mm_k"))
     a_body = bload(a, list(batch) + [m, k], list(bvars) + [vm, vk])
@@ -660,6 +673,20 @@ def _matmul(lw, a: Value, b: Value, batch: Sequence) -> BufferValue:
     c = F32
     buf = lw.program.new_buffer(list(batch) + [m, n], _storage(c))
     return lw.program.add(MatmulTask(out=buf, batch=tuple(batch), m=m, n=n, k=k, a_body=a_body, b_body=b_body))
+
+
+def _matvec(lw, a: Value, b: Value, batch: Sequence) -> Value:
+    """A contraction with a size-1 side is a reduction over K (no 16-wide MMA tile to waste)."""
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    out_shape = list(batch) + [m, n]
+    full = out_shape + [k]
+    fv = index_vars("f", len(full))
+    bi, vm, vn, vk = list(fv[:len(batch)]), fv[len(batch)], fv[len(batch) + 1], fv[-1]
+    prod_e = Op(F32, "mul", (cast(bload(a, list(batch) + [m, k], bi + [vm, vk]), F32),
+                             cast(bload(b, list(batch) + [k, n], bi + [vk, vn]), F32)))
+    buf = lw.program.new_buffer(out_shape, "float32")
+    return lw.program.add(ReductionTask(out=buf, full_shape=tuple(full), reduced=(len(full) - 1,), rtype="sum",
+                                        body=prod_e))
 
 
 @register(aten.mm.default)

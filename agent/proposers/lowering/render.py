@@ -111,6 +111,8 @@ def _launch(program: Program, g: Group, kernel: _Kernel, knobs: dict) -> list[st
         rows = knobs["rows"]
         lines += [f"_xn = {py(xn)}",
                   f"_rn = {py(rn)}",
+                  "if _rn <= 0 and _xn > 0:",
+                  f"    raise ValueError('{g.kind} over an empty dimension (size ' + str(_rn) + ')')",
                   f"_single = _rn <= {knobs['single_max']}",
                   f"_RB = _pow2(_rn) if _single else min({knobs['rblock']}, _pow2(_rn))",
                   (f"_XB = max(1, min(64, 4096 // _RB))" if rows == "auto" else f"_XB = {rows}"),
@@ -169,7 +171,7 @@ def _wrapper(program: Program, groups: list[Group], kernels: list, knobs: list[d
         lines.append(f"{name} = float({py(e)})")
     lines.append(f"_fdt = {floating}.dtype" if floating else "_fdt = torch.float32")
     lines.append(f"_dev = {first}.device" if first else "_dev = torch.device('cuda' if torch.cuda.is_available() else 'cpu')")
-    lines.append("_dot = 1 if _fdt == torch.bfloat16 else 2 if _fdt == torch.float16 else 0")
+    lines.append("_dot = 0 if _dev.type == \"cpu\" else 1 if _fdt == torch.bfloat16 else 2 if _fdt == torch.float16 else 0")
     sizes = [py(ir.prod(b.shape)) for b in bufs.values() if b.kind != "scalar" and b.shape]
     lines.append(f"_i64 = max([1{''.join(', ' + s for s in sizes)}]) >= 2 ** 31 - 1")
     needed = set()
