@@ -67,6 +67,48 @@ def problem_files(specs: list[str], match: Optional[str] = None) -> list[Path]:
     return out
 
 
+def literal_sizes(path: Path, folder: Path) -> Path:
+    """A copy of the problem whose integer-expression and tuple size constants are plain int constants
+    (`M = 1024 * 2` -> `M = 2048`; `input_shape = (32768,)` -> `input_shape_0 = 32768` and
+    `input_shape = (input_shape_0,)`), so a harness that shrinks only `NAME = <int>` constants can
+    derive CPU-sized cases for it. Nothing else of the file changes."""
+    import ast
+
+    source = path.read_text()
+    tree = ast.parse(source)
+    body = []
+    changed = False
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            name = node.targets[0].id
+            value = node.value
+            if isinstance(value, ast.BinOp):
+                try:
+                    folded = eval(compile(ast.Expression(value), "<size>", "eval"), {"__builtins__": {}})
+                except Exception:
+                    folded = None
+                if type(folded) is int:
+                    body.append(ast.Assign(targets=node.targets, value=ast.Constant(folded)))
+                    changed = True
+                    continue
+            if isinstance(value, ast.Tuple) and value.elts and all(
+                    isinstance(e, ast.Constant) and type(e.value) is int for e in value.elts):
+                names = []
+                for i, e in enumerate(value.elts):
+                    body.append(ast.Assign(targets=[ast.Name(f"{name}_{i}", ast.Store())], value=ast.Constant(e.value)))
+                    names.append(ast.Name(f"{name}_{i}", ast.Load()))
+                body.append(ast.Assign(targets=node.targets, value=ast.Tuple(names, ast.Load())))
+                changed = True
+                continue
+        body.append(node)
+    if not changed:
+        return path
+    out = folder / path.parent.name / path.name
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(ast.unparse(ast.fix_missing_locations(ast.Module(body=body, type_ignores=[]))) + "\n")
+    return out
+
+
 def _number(p: Path) -> int:
     m = re.match(r"(\d+)_", p.name)
     return int(m.group(1)) if m else 10 ** 9
@@ -229,10 +271,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--trials", type=int, default=2, help="correctness trials per shape")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per evaluation")
+    parser.add_argument("--literal-sizes", action="store_true",
+                        help="run copies whose integer-expression and tuple size constants are plain ints, so a "
+                             "harness that shrinks only plain constants sizes them for the CPU (see literal_sizes)")
     args = parser.parse_args(argv)
     out = args.out or Path(tempfile.mkdtemp(prefix="kscout-coverage-"))
     try:
         files = problem_files(args.paths, args.match)
+        if args.literal_sizes:
+            files = [literal_sizes(f, out / "problems") for f in files]
         rows = run_coverage(files, budget=args.budget, device=args.device, out=out, trials=args.trials,
                             seed=args.seed, timeout_s=args.timeout)
     except KscoutError as exc:

@@ -503,10 +503,19 @@ def matmul_kernel(g: Group, kernel: _Kernel, store: set[str], precision: str) ->
         m=kernel.size(mm.m), n=kernel.size(mm.n), k=kernel.size(mm.k), bdecomp="\n".join(bdecomp),
         a_body="\n".join(a_lines), a_value=a_val, b_body="\n".join(b_lines), b_value=b_val,
         epilogue="\n".join(e_lines + stores), precision=precision,
+        a_plain=_plain_load(mm.a_body, {vm, vk}), b_plain=_plain_load(mm.b_body, {vk, vn}),
         shape=", ".join(sympy_text(s) for s in mm.out.shape),
         a_shape=", ".join(sympy_text(s) for s in list(mm.batch) + [mm.m, mm.k]),
         b_shape=", ".join(sympy_text(s) for s in list(mm.batch) + [mm.k, mm.n]),
     )
+
+
+def _plain_load(e: E, tile_vars: set) -> bool:
+    """A float load whose index uses both tile variables: masked with other=0 already, so the
+    operand needs no second select in the K loop."""
+    while isinstance(e, ir.Op) and e.op == "cast" and e.params and e.params[0] in FLOATS:
+        e = e.args[0]
+    return isinstance(e, Load) and e.dtype in FLOATS and tile_vars <= e.index.free_symbols
 
 
 # ---------------------------------------------------------------- scan
