@@ -93,3 +93,33 @@ def test_bfloat16_inputs_give_bfloat16_outputs_computed_in_float32():
         expected = reference.double()(x.to(torch.bfloat16).double())
     assert out.dtype == torch.bfloat16
     torch.testing.assert_close(out.double(), expected, atol=0.1, rtol=0.05)
+
+
+@pytest.mark.parametrize("name,ways", [("mse", 4), ("max_min_values", 16), ("logsumexp", 4), ("hinge", 64)])
+def test_a_split_reduction_matches_the_single_kernel(name, ways):
+    low = lower_source(CASES[name], f"/tmp/{name}.py")
+    config = low.default_config({"epilogue": True, "rows": False, "siblings": True})
+    split = {**config, "groups": [dict(g, split=ways) if g["kind"] == "reduction" else g for g in config["groups"]]}
+    src, out, expected, flagged = run_lowered(CASES[name], split, path=f"/tmp/{name}.py")
+    assert flagged == {}
+    assert "_part" in src  # the partials buffer of the first pass
+    assert_close(out, expected)
+
+
+@pytest.mark.parametrize("name", ["linear_epilogue", "bmm_4d", "gemm_groupnorm"])
+def test_split_k_matches_the_single_pass_contraction(name):
+    low = lower_source(CASES[name], f"/tmp/{name}.py")
+    config = low.default_config()
+    split = {**config, "groups": [dict(g, split_k=4) if g["kind"] == "matmul" else g for g in config["groups"]]}
+    src, out, expected, flagged = run_lowered(CASES[name], split, path=f"/tmp/{name}.py")
+    assert flagged == {}
+    assert src.count("@triton.jit") > len(config["groups"])
+    assert_close(out, expected)
+
+
+def test_the_seed_splits_long_reductions_over_few_rows_at_the_shipped_sizes():
+    src = CASES["mse"].replace("torch.randn(6, 11), torch.randn(6, 11)", "torch.randn(4096, 4096), torch.randn(4096, 4096)")
+    config = lower_source(src, "/tmp/mse_big.py").default_config()
+    assert [g["kind"] for g in config["groups"]] == ["reduction"] and config["groups"][0]["split"] > 1
+    small = lower_source(CASES["mse"], "/tmp/mse.py").default_config()
+    assert small["groups"][0]["split"] == 1

@@ -39,11 +39,20 @@ class Lowered:
         return tuple(g.kind for g in self.plan(fuse))
 
     def default_config(self, fuse: dict | None = None) -> dict:
+        """The seed configuration: each kind's defaults, adjusted to the shipped sizes (long reductions
+        over few rows split, contractions with few tiles and a long K split over K)."""
         from agent.proposers.lowering import space
-        from agent.proposers.lowering.render import default_config
+        from agent.proposers.lowering.split import degenerate_rows, suggest
 
+        chosen = fuse is not None
         fuse = dict(fuse or space.DEFAULT_FUSE)
-        return default_config(self.plan(fuse), fuse)
+        groups = self.plan(fuse)
+        rows = [g for g in groups if g.kind == "row"]
+        if not chosen and rows and all(degenerate_rows(g, self.hints) for g in rows):
+            fuse["rows"] = False
+            groups = self.plan(fuse)
+        configs = [{**space.defaults(g.kind), **suggest(g, self.hints)} for g in groups]
+        return {"schedule": "lowering", "fuse": fuse, "groups": configs}
 
     def render(self, config: dict) -> str:
         from agent.proposers.lowering.render import render

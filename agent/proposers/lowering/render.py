@@ -60,6 +60,30 @@ def plan_groups(program: Program, fuse: dict) -> tuple[list[Group], list]:
     raise ir.LoweringError("internal: fusion did not settle")
 
 
+def expand(program: Program, groups: list[Group], knobs: list[dict]) -> tuple[list[Group], list[dict]]:
+    """Groups whose knobs split them (split reductions, split-K) as the two groups they become."""
+    from agent.proposers.lowering.split import split_k, split_reduction
+
+    out_g, out_k = [], []
+    for g, k in zip(groups, knobs):
+        parts = None
+        if g.kind == "reduction":
+            parts = split_reduction(program, g, k.get("split", 1))
+        elif g.kind == "matmul":
+            parts = split_k(program, g, k.get("split_k", 1))
+        if not parts:
+            out_g.append(g)
+            out_k.append(k)
+            continue
+        for part in parts:
+            out_g.append(part)
+            if part.kind == g.kind:
+                out_k.append({**k, "split": 1} if "split" in k else {**k, "split_k": 1})
+            else:
+                out_k.append(space.defaults(part.kind))
+    return out_g, out_k
+
+
 def _kernels(program: Program, groups: list[Group], knobs: list[dict]) -> list:
     outputs = {name for name, _ in program.outputs}
     store = stored(groups, outputs)
@@ -203,6 +227,7 @@ def render(program: Program, init: InitSource, config: dict, header: str) -> tup
     """The candidate source for one configuration, and the groups it was written with."""
     groups, kernels = plan_groups(program, config["fuse"])
     knobs = config_groups(config, groups)
+    groups, knobs = expand(program, groups, knobs)
     kernels = _kernels(program, groups, knobs)
     combiners = set()
     for kernel, _ in kernels:
@@ -222,7 +247,7 @@ def config_groups(config: dict, groups: list[Group]) -> list[dict]:
     out = []
     for i, g in enumerate(groups):
         k = given[i] if i < len(given) and given[i].get("kind") == g.kind else space.defaults(g.kind)
-        out.append(space.validate_group(g.kind, k))
+        out.append(space.validate_group(g.kind, k, partial=True))
     return out
 
 

@@ -39,7 +39,11 @@ SPACES: dict[str, tuple[Knob, ...]] = {
              "smaller blocks give more programs to fill every SM on small tensors"),
         Knob("num_warps", (1, 2, 4, 8, 16), 4, _W_UP, _W_DN),
     ),
-    "reduction": (_ROWS, _SINGLE, _RBLOCK, Knob("num_warps", (1, 2, 4, 8, 16), 4, _W_UP, _W_DN)),
+    "reduction": (_ROWS, _SINGLE, _RBLOCK, Knob("num_warps", (1, 2, 4, 8, 16), 4, _W_UP, _W_DN),
+                  Knob("split", (1, 4, 16, 64, 256, 1024), 1,
+                       "splitting each row over more programs (partials, then a second pass) fills the GPU "
+                       "when rows are few and long",
+                       "fewer splits save the partials' round trip and the second launch")),
     "row": (_ROWS, _SINGLE, _RBLOCK, Knob("num_warps", (1, 2, 4, 8, 16), 8, _W_UP, _W_DN)),
     "window": (_ROWS, _SINGLE, _RBLOCK, Knob("num_warps", (1, 2, 4, 8), 4, _W_UP, _W_DN)),
     "scan": (_ROWS, _SINGLE, _RBLOCK, Knob("num_warps", (1, 2, 4, 8, 16), 4, _W_UP, _W_DN)),
@@ -59,6 +63,9 @@ SPACES: dict[str, tuple[Knob, ...]] = {
         Knob("num_stages", (1, 2, 3, 4, 5), 3,
              "more stages overlap the next tiles' loads with this tile's MMA",
              "fewer stages free shared memory for bigger tiles"),
+        Knob("split_k", (1, 2, 4, 8, 16, 32), 1,
+             "splitting K over more programs (fp32 partials reduced by a second kernel) fills the GPU when "
+             "there are few output tiles", "no split avoids the partials' round trip and the second launch"),
         Knob("precision", ("ieee", "tf32x3"), "ieee",
              "three TF32 passes keep near-fp32 accuracy at tensor-core speed",
              "IEEE fp32 products are exact to fp32 rounding"),
