@@ -100,6 +100,17 @@ CASES: dict[str, str] = {
                           "[torch.randn(6, 20)]", init="self.fc = nn.Linear(20, 16)\nself.gn = nn.GroupNorm(4, 16)"),
     "sdpa": ref("def forward(self, q, k, v):\n    return F.scaled_dot_product_attention(q, k, v)\n",
                 "[torch.randn(2, 2, 9, 16), torch.randn(2, 2, 9, 16), torch.randn(2, 2, 9, 16)]"),
+    # convolutions as implicit GEMMs (stride, padding, dilation, groups), with epilogues
+    "conv2d": ref("def forward(self, x):\n    return torch.relu(self.c(x)) + 0.5\n", "[torch.randn(2, 4, 9, 8)]",
+                  init="self.c = nn.Conv2d(4, 6, (3, 2), stride=(2, 1), padding=(1, 2), dilation=(1, 2))"),
+    "conv1d_grouped": ref("def forward(self, x):\n    return self.c(x)\n", "[torch.randn(3, 6, 17)]",
+                          init="self.c = nn.Conv1d(6, 4, 3, groups=2, padding=1, bias=False)"),
+    "conv2d_depthwise": ref("def forward(self, x):\n    return self.c(x)\n", "[torch.randn(2, 5, 7, 7)]",
+                            init="self.c = nn.Conv2d(5, 5, 3, groups=5)"),
+    "conv3d": ref("def forward(self, x):\n    return self.c(x).mean(dim=1)\n", "[torch.randn(1, 2, 5, 6, 4)]",
+                  init="self.c = nn.Conv3d(2, 3, 2, stride=(1, 2, 1))"),
+    "conv_functional": ref("def forward(self, x, w):\n    return F.conv2d(x, w, stride=2)\n",
+                           "[torch.randn(2, 3, 9, 9), torch.randn(4, 3, 3, 3)]"),
     # losses as compositions
     "mse": ref("def forward(self, a, b):\n    return F.mse_loss(a, b)\n", "[torch.randn(6, 11), torch.randn(6, 11)]"),
     "huber": ref("def forward(self, a, b):\n    return F.smooth_l1_loss(a, b)\n", "[torch.randn(6, 11), torch.randn(6, 11)]"),

@@ -68,10 +68,10 @@ def problem_files(specs: list[str], match: Optional[str] = None) -> list[Path]:
 
 
 def literal_sizes(path: Path, folder: Path) -> Path:
-    """A copy of the problem whose integer-expression and tuple size constants are plain int constants
-    (`M = 1024 * 2` -> `M = 2048`; `input_shape = (32768,)` -> `input_shape_0 = 32768` and
-    `input_shape = (input_shape_0,)`), so a harness that shrinks only `NAME = <int>` constants can
-    derive CPU-sized cases for it. Nothing else of the file changes."""
+    """A copy of the problem whose integer-expression, tuple and chained size constants are plain int
+    constants (`M = 1024 * 2` -> `M = 2048`; `input_shape = (32768,)` -> `input_shape_0 = 32768` and
+    `input_shape = (input_shape_0,)`; `height = width = 128` -> two constants), so a harness that
+    shrinks only `NAME = <int>` constants can derive CPU-sized cases for it. Nothing else changes."""
     import ast
 
     source = path.read_text()
@@ -79,6 +79,12 @@ def literal_sizes(path: Path, folder: Path) -> Path:
     body = []
     changed = False
     for node in tree.body:
+        if (isinstance(node, ast.Assign) and len(node.targets) > 1 and isinstance(node.value, ast.Constant)
+                and all(isinstance(t, ast.Name) for t in node.targets)):
+            # `height = width = 128`: one constant each, so both can be shrunk
+            body += [ast.Assign(targets=[t], value=ast.Constant(node.value.value)) for t in node.targets]
+            changed = True
+            continue
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             name = node.targets[0].id
             value = node.value

@@ -51,6 +51,17 @@ def _pool_library():
         return x.new_empty(out)
 
     torch.library.register_fake("kscout::pool", fake, lib=lib)
+    lib.define("conv(Tensor x, Tensor w, Tensor? b, SymInt[] stride, SymInt[] padding, SymInt[] dilation, "
+               "SymInt groups) -> Tensor")
+
+    def fake_conv(x, w, b, stride, padding, dilation, groups):
+        d = len(stride)
+        out = [x.shape[0], w.shape[0]]
+        for i in range(d):
+            out.append(pool_out_size(x.shape[2 + i], w.shape[2 + i], stride[i], padding[i], dilation[i], False))
+        return x.new_empty(out)
+
+    torch.library.register_fake("kscout::conv", fake_conv, lib=lib)
     _LIB = lib
 
 
@@ -169,6 +180,7 @@ class Captured:
     hints: dict = field(default_factory=dict)  # symbol -> value at the shipped sizes
 
 
+_CONVS = {torch.nn.Conv1d: 1, torch.nn.Conv2d: 2, torch.nn.Conv3d: 3}
 _POOLS = {
     torch.nn.MaxPool1d: ("max", 1), torch.nn.MaxPool2d: ("max", 2), torch.nn.MaxPool3d: ("max", 3),
     torch.nn.AvgPool1d: ("avg", 1), torch.nn.AvgPool2d: ("avg", 2), torch.nn.AvgPool3d: ("avg", 3),
@@ -222,6 +234,16 @@ def _patch_modules(model: torch.nn.Module, carriers: _Carriers) -> list:
                         expr = expr.replace(".stride", ".kernel_size")
                     slots[(attr, i)] = carriers(expr, int(v))
             patched.append((m, "pool", (kind, d, slots)))
+        elif type(m) in _CONVS:
+            d = _CONVS[type(m)]
+            if m.padding_mode != "zeros" or isinstance(m.padding, str):
+                continue  # traced as aten.convolution: unsupported, named as such
+            slots = {}
+            for attr in ("stride", "padding", "dilation"):
+                for i, v in enumerate(_tuple(getattr(m, attr), d)):
+                    slots[(attr, i)] = carriers(f"{owner}.{attr}[{i}]", int(v))
+            slots[("groups", 0)] = carriers(f"{owner}.groups", int(m.groups))
+            patched.append((m, "conv", (d, slots)))
         elif isinstance(m, torch.nn.GroupNorm):
             patched.append((m, "group_norm", {"groups": carriers(f"{owner}.num_groups", int(m.num_groups))}))
         elif isinstance(m, torch.nn.LayerNorm):
@@ -241,6 +263,27 @@ def _pool_call(x, kind, d, kernel, stride, padding, dilation, ceil_mode, count_i
     out = torch.ops.kscout.pool(x, kind, list(kernel), list(stride), list(padding), list(dilation),
                                 bool(ceil_mode), bool(count_include_pad), divisor)
     return out.squeeze(0) if squeeze else out
+
+
+def _conv_call(x, weight, bias, stride, padding, dilation, groups):
+    _pool_library()
+    d = weight.dim() - 2
+    squeeze = x.dim() == d + 1
+    if squeeze:
+        x = x.unsqueeze(0)
+    out = torch.ops.kscout.conv(x, weight, bias, list(stride), list(padding), list(dilation), groups)
+    return out.squeeze(0) if squeeze else out
+
+
+def _functional_convs() -> dict:
+    """torch.nn.functional.conv{1,2,3}d routed through kscout::conv (numeric padding only)."""
+    def conv(d):
+        def f(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+            if isinstance(padding, str):
+                raise LoweringError(f"conv{d}d with padding={padding!r} is not lowered")
+            return _conv_call(input, weight, bias, _tuple(stride, d), _tuple(padding, d), _tuple(dilation, d), groups)
+        return f
+    return {f"conv{d}d": conv(d) for d in (1, 2, 3)}
 
 
 def _functional_pools() -> dict:
@@ -272,8 +315,9 @@ def _functional_pools() -> dict:
 def _patched(model, patched, carrier_values):
     import torch.nn.functional as F
 
-    saved_f = {name: getattr(F, name) for name in _functional_pools()}
-    for name, fn in _functional_pools().items():
+    replacements = {**_functional_pools(), **_functional_convs()}
+    saved_f = {name: getattr(F, name) for name in replacements}
+    for name, fn in replacements.items():
         setattr(F, name, fn)
     saved_fwd = []
     try:
@@ -289,6 +333,15 @@ def _patched(model, patched, carrier_values):
                     return _pool_call(x, kind, d, get("kernel_size"), get("stride"), get("padding"), dil,
                                       m.ceil_mode, getattr(m, "count_include_pad", True),
                                       getattr(m, "divisor_override", None))
+                m.forward = fwd
+            elif what == "conv":
+                def fwd(x, m=m, info=info):
+                    d, slots = info
+
+                    def get(attr):
+                        return [carrier_values()[slots[(attr, i)]].shape[0] - CARRIER_OFFSET for i in range(d)]
+                    groups = carrier_values()[slots[("groups", 0)]].shape[0] - CARRIER_OFFSET
+                    return _conv_call(x, m.weight, m.bias, get("stride"), get("padding"), get("dilation"), groups)
                 m.forward = fwd
             elif what == "group_norm":
                 def fwd(x, m=m, slot=info["groups"]):

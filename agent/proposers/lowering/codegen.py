@@ -474,7 +474,7 @@ def matmul_kernel(g: Group, kernel: _Kernel, store: set[str], precision: str) ->
     wb = kernel.writer({**baxes, vk: Axis("bk", "bk_mask"), vn: Axis("bn", "bn_mask")}, b_lines, counter,
                        indent="        ")
     b_val = wb.value(mm.b_body)
-    out_vars = list(bv) + [vm, vn]
+    out_vars = mm.coords(bv, vm, vn)
     flat = flat_index(mm.out.shape, out_vars)
     resolver = _Resolver(mm.out.name)
     resolver.registers[mm.out.name] = (flat, "acc")

@@ -345,9 +345,15 @@ class MatmulTask(Task):
     k: Expr = None
     a_body: E = None  # over vars b0.., m, k
     b_body: E = None  # over vars b0.., k, n
+    # where (b.., m, n) lands in `out`, one expression per dim of out.shape; None: out is (batch.., m, n).
+    # A convolution's GEMM writes (n, g*OCg + m, spatial(n)) straight into the conv output layout.
+    out_index: Optional[tuple] = None
 
     def __post_init__(self):
         self.kind = "matmul"
+
+    def coords(self, bvars, vm, vn) -> list:
+        return list(self.out_index) if self.out_index is not None else list(bvars) + [vm, vn]
 
     def reads(self) -> set[str]:
         return {ld.buffer for ld in loads(self.a_body) + loads(self.b_body)}

@@ -112,7 +112,8 @@ class Lowerer:
                 self.values[node] = e if e.is_integer else self.scalar_arg(e)
                 continue
             if node.target is operator.getitem:
-                self.values[node] = self.values[node.args[0]][node.args[1]]
+                base = self.values[node.args[0]]
+                self.values[node] = None if base is None else base[node.args[1]]
                 continue
             fn = LOWERINGS.get(node.target) or LOWERINGS.get(_key(node.target))
             if fn is None:

@@ -802,6 +802,60 @@ def _pool(lw, node, x, kind, kernel, stride, padding, dilation, ceil_mode, count
 LOWERINGS["kscout::pool"] = _pool
 
 
+# ---------------------------------------------------------------- convolution as an implicit GEMM
+
+
+def _conv(lw, node, x, w, bias, stride, padding, dilation, groups):
+    """out[n, g*OCg + m, o] = sum_k W[g*OCg + m, k] * im2col(x)[n, g, k, o]: a GEMM batched over (sample,
+    group), M = output channels per group, N = output positions, K = input channels per group x window;
+    the result lands in the conv output layout directly (no transpose), so epilogues fuse."""
+    from torch.utils._sympy.functions import FloorDiv
+
+    nd = len(w.shape) - 2
+    n_, c = x.shape[0], x.shape[1]
+    oc, icg = w.shape[0], w.shape[1]
+    ks = list(w.shape[2:])
+    sizes = list(x.shape[2:])
+    s, p, dl = ([sym(v) for v in vals] for vals in (stride, padding, dilation))
+    g = sym(groups)
+    ocg = oc if g == One else FloorDiv(oc, g)
+    outs = [FloorDiv(sizes[i] + 2 * p[i] - dl[i] * (ks[i] - 1) - 1, s[i]) + 1 for i in range(nd)]
+    kdim = icg * prod(ks)
+    ndim = prod(outs)
+    b0, b1 = index_vars("b", 2)
+    vm, vn, vk = (sympy.Symbol(v, integer=True, nonnegative=True) for v in ("mm_m", "mm_n", "mm_k"))
+    och = b1 * ocg + vm
+    if isinstance(w, BufferValue):
+        a_body = cast(Load(w.dtype, w.buffer.name, sympy.expand(och * kdim + vk)), F32)
+    else:
+        a_body = cast(w.load([och] + unflatten(vk, [icg] + ks)), F32)
+    kk = unflatten(vk, [icg] + ks)
+    ic, win = kk[0], kk[1:]
+    pos_o = unflatten(vn, outs)
+    pos = [pos_o[i] * s[i] - p[i] + win[i] * dl[i] for i in range(nd)]
+    cond = None
+    for i in range(nd):
+        ci = Op(BOOL, "and", (Op(BOOL, "ge", (Index(I64, pos[i]), Const(I64, 0))),
+                              Op(BOOL, "lt", (Index(I64, pos[i]), Index(I64, sizes[i])))))
+        cond = ci if cond is None else Op(BOOL, "and", (cond, ci))
+    inner = cast(x.load([b0, b1 * icg + ic] + pos), F32)
+    b_body = Masked(F32, cond, inner, 0.0) if cond is not None else inner
+    out_shape = [n_, oc] + outs
+    buf = lw.program.new_buffer(out_shape, "float32")
+    coords = tuple([b0, och] + unflatten(vn, outs))
+    out = lw.program.add(MatmulTask(out=buf, batch=(n_, g), m=ocg, n=ndim, k=kdim, a_body=a_body, b_body=b_body,
+                                    out_index=coords))
+    del c
+    if bias is None:
+        return out
+    d = result_dtype(node)
+    return pointwise(d, lambda v, bv: Op(d, "add", (v, bv)), out,
+                     _reshape_value(bias, [One, oc] + [One] * nd), compute=d)
+
+
+LOWERINGS["kscout::conv"] = _conv
+
+
 # ---------------------------------------------------------------- symbolic integer arithmetic on sizes
 
 

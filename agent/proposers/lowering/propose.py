@@ -95,6 +95,18 @@ def _hinted(lowered: Lowered, base: dict, hints: Iterable) -> Iterator[tuple[dic
             yield out, f"seed from seed_hints[{i}]: {', '.join(sorted(set(applied)))} knobs that won before"
 
 
+# The Triton interpreter costs ~1-3 ms per program instance whatever the tile: on the CPU the seed
+# takes the largest tiles, so a correctness search spends its time on arithmetic, not on launches.
+_INTERPRETER_TILES = {"pointwise": {"block": 8192}, "matmul": {"block_m": 128, "block_n": 128, "block_k": 64}}
+
+
+def for_device(config: dict, device: str) -> dict:
+    if device != "cpu":
+        return config
+    groups = [{**g, **_INTERPRETER_TILES.get(g["kind"], {})} for g in config["groups"]]
+    return {**config, "groups": groups}
+
+
 class LoweringSearch:
     """Configurations of one lowered program, rendered to candidates."""
 
@@ -106,7 +118,7 @@ class LoweringSearch:
 
     def propose(self, request: ProposeRequest, note: str = "", extra_hints: tuple = ()) -> ProposeResult:
         """`extra_hints`: knobs of past wins with the same schedule kinds on other op families."""
-        base = self.lowered.default_config()
+        base = for_device(self.lowered.default_config(), request.device)
         if request.action is Action.seed:
             candidates = self._seed(base, request, extra_hints)
         else:

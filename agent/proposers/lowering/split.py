@@ -89,7 +89,7 @@ def split_reduction(program, g: Group, ways: int) -> Optional[list[Group]]:
 
 def split_k(program, g: Group, ways: int) -> Optional[list[Group]]:
     """[batched contraction over K chunks, reduction over the chunks with the epilogue], or None."""
-    if ways <= 1 or g.kind != "matmul":
+    if ways <= 1 or g.kind != "matmul" or g.head.out_index is not None:
         return None
     mm: MatmulTask = g.head
     nb = len(mm.batch)
