@@ -111,6 +111,13 @@ CASES: dict[str, str] = {
                   init="self.c = nn.Conv3d(2, 3, 2, stride=(1, 2, 1))"),
     "conv_functional": ref("def forward(self, x, w):\n    return F.conv2d(x, w, stride=2)\n",
                            "[torch.randn(2, 3, 9, 9), torch.randn(4, 3, 3, 3)]"),
+    "conv_transpose2d": ref("def forward(self, x):\n    return torch.tanh(self.c(x))\n", "[torch.randn(2, 4, 5, 6)]",
+                            init="self.c = nn.ConvTranspose2d(4, 6, (3, 2), stride=(2, 3), padding=(1, 0), "
+                                 "output_padding=(1, 2), dilation=(1, 2), groups=2)"),
+    "conv_transpose1d": ref("def forward(self, x):\n    return self.c(x)\n", "[torch.randn(2, 3, 7)]",
+                            init="self.c = nn.ConvTranspose1d(3, 5, 4, stride=1, padding=2, bias=False)"),
+    "conv_transpose3d": ref("def forward(self, x):\n    return self.c(x)\n", "[torch.randn(1, 2, 3, 4, 3)]",
+                            init="self.c = nn.ConvTranspose3d(2, 3, 2, stride=2)"),
     # losses as compositions
     "mse": ref("def forward(self, a, b):\n    return F.mse_loss(a, b)\n", "[torch.randn(6, 11), torch.randn(6, 11)]"),
     "huber": ref("def forward(self, a, b):\n    return F.smooth_l1_loss(a, b)\n", "[torch.randn(6, 11), torch.randn(6, 11)]"),

@@ -62,7 +62,24 @@ def _pool_library():
         return x.new_empty(out)
 
     torch.library.register_fake("kscout::conv", fake_conv, lib=lib)
+    lib.define("conv_t(Tensor x, Tensor w, Tensor? b, SymInt[] stride, SymInt[] padding, SymInt[] output_padding, "
+               "SymInt[] dilation, SymInt groups) -> Tensor")
+
+    def fake_conv_t(x, w, b, stride, padding, output_padding, dilation, groups):
+        d = len(stride)
+        out = [x.shape[0], w.shape[1] * groups]
+        for i in range(d):
+            out.append(conv_t_out_size(x.shape[2 + i], w.shape[2 + i], stride[i], padding[i], output_padding[i],
+                                       dilation[i]))
+        return x.new_empty(out)
+
+    torch.library.register_fake("kscout::conv_t", fake_conv_t, lib=lib)
     _LIB = lib
+
+
+def conv_t_out_size(size, k, s, p, op, d):
+    """A transposed convolution's output size (ints, SymInts and sympy expressions alike)."""
+    return (size - 1) * s - 2 * p + d * (k - 1) + op + 1
 
 
 def pool_out_size(size, k, s, p, d, ceil_mode):
@@ -181,6 +198,7 @@ class Captured:
 
 
 _CONVS = {torch.nn.Conv1d: 1, torch.nn.Conv2d: 2, torch.nn.Conv3d: 3}
+_CONVS_T = {torch.nn.ConvTranspose1d: 1, torch.nn.ConvTranspose2d: 2, torch.nn.ConvTranspose3d: 3}
 _POOLS = {
     torch.nn.MaxPool1d: ("max", 1), torch.nn.MaxPool2d: ("max", 2), torch.nn.MaxPool3d: ("max", 3),
     torch.nn.AvgPool1d: ("avg", 1), torch.nn.AvgPool2d: ("avg", 2), torch.nn.AvgPool3d: ("avg", 3),
@@ -234,6 +252,16 @@ def _patch_modules(model: torch.nn.Module, carriers: _Carriers) -> list:
                         expr = expr.replace(".stride", ".kernel_size")
                     slots[(attr, i)] = carriers(expr, int(v))
             patched.append((m, "pool", (kind, d, slots)))
+        elif type(m) in _CONVS_T:
+            d = _CONVS_T[type(m)]
+            if m.padding_mode != "zeros":
+                continue
+            slots = {}
+            for attr in ("stride", "padding", "output_padding", "dilation"):
+                for i, v in enumerate(_tuple(getattr(m, attr), d)):
+                    slots[(attr, i)] = carriers(f"{owner}.{attr}[{i}]", int(v))
+            slots[("groups", 0)] = carriers(f"{owner}.groups", int(m.groups))
+            patched.append((m, "conv_t", (d, slots)))
         elif type(m) in _CONVS:
             d = _CONVS[type(m)]
             if m.padding_mode != "zeros" or isinstance(m.padding, str):
@@ -275,6 +303,17 @@ def _conv_call(x, weight, bias, stride, padding, dilation, groups):
     return out.squeeze(0) if squeeze else out
 
 
+def _conv_t_call(x, weight, bias, stride, padding, output_padding, dilation, groups):
+    _pool_library()
+    d = weight.dim() - 2
+    squeeze = x.dim() == d + 1
+    if squeeze:
+        x = x.unsqueeze(0)
+    out = torch.ops.kscout.conv_t(x, weight, bias, list(stride), list(padding), list(output_padding),
+                                  list(dilation), groups)
+    return out.squeeze(0) if squeeze else out
+
+
 def _functional_convs() -> dict:
     """torch.nn.functional.conv{1,2,3}d routed through kscout::conv (numeric padding only)."""
     def conv(d):
@@ -283,7 +322,14 @@ def _functional_convs() -> dict:
                 raise LoweringError(f"conv{d}d with padding={padding!r} is not lowered")
             return _conv_call(input, weight, bias, _tuple(stride, d), _tuple(padding, d), _tuple(dilation, d), groups)
         return f
-    return {f"conv{d}d": conv(d) for d in (1, 2, 3)}
+    def conv_t(d):
+        def f(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+            return _conv_t_call(input, weight, bias, _tuple(stride, d), _tuple(padding, d), _tuple(output_padding, d),
+                                _tuple(dilation, d), groups)
+        return f
+    out = {f"conv{d}d": conv(d) for d in (1, 2, 3)}
+    out.update({f"conv_transpose{d}d": conv_t(d) for d in (1, 2, 3)})
+    return out
 
 
 def _functional_pools() -> dict:
@@ -342,6 +388,18 @@ def _patched(model, patched, carrier_values):
                         return [carrier_values()[slots[(attr, i)]].shape[0] - CARRIER_OFFSET for i in range(d)]
                     groups = carrier_values()[slots[("groups", 0)]].shape[0] - CARRIER_OFFSET
                     return _conv_call(x, m.weight, m.bias, get("stride"), get("padding"), get("dilation"), groups)
+                m.forward = fwd
+            elif what == "conv_t":
+                def fwd(x, output_size=None, m=m, info=info):
+                    if output_size is not None:
+                        raise LoweringError("a transposed convolution called with output_size is not lowered")
+                    d, slots = info
+
+                    def get(attr):
+                        return [carrier_values()[slots[(attr, i)]].shape[0] - CARRIER_OFFSET for i in range(d)]
+                    groups = carrier_values()[slots[("groups", 0)]].shape[0] - CARRIER_OFFSET
+                    return _conv_t_call(x, m.weight, m.bias, get("stride"), get("padding"), get("output_padding"),
+                                        get("dilation"), groups)
                 m.forward = fwd
             elif what == "group_norm":
                 def fwd(x, m=m, slot=info["groups"]):

@@ -23,7 +23,8 @@ from agent.proposers.lowering.ir import (
 )
 
 aten = torch.ops.aten
-SCHEDULES = ("pointwise", "reduction", "row-wise normalisation", "scan", "window (pooling)", "contraction")
+SCHEDULES = ("pointwise", "reduction", "row-wise normalisation", "scan", "window (pooling)",
+             "contraction (matmul, implicit-GEMM convolution)")
 
 LOWERINGS: dict[Any, Callable] = {}
 
@@ -854,6 +855,64 @@ def _conv(lw, node, x, w, bias, stride, padding, dilation, groups):
 
 
 LOWERINGS["kscout::conv"] = _conv
+
+
+def _conv_t(lw, node, x, w, bias, stride, padding, output_padding, dilation, groups):
+    """A transposed convolution as a gathering implicit GEMM: output position o takes input position
+    i = (o + p - k*d) / s for each window offset k where that division is exact and i is in range.
+    Weight layout (IC, OC/G, K...): A[m, (ic, k)] = W[g*ICg + ic, m, k]."""
+    from torch.utils._sympy.functions import FloorDiv
+
+    from agent.proposers.lowering.capture import conv_t_out_size
+
+    nd = len(w.shape) - 2
+    n_, c = x.shape[0], x.shape[1]
+    ocg = w.shape[1]
+    ks = list(w.shape[2:])
+    sizes = list(x.shape[2:])
+    s, p, op, dl = ([sym(v) for v in vals] for vals in (stride, padding, output_padding, dilation))
+    g = sym(groups)
+    icg = c if g == One else FloorDiv(c, g)
+    outs = [conv_t_out_size(sizes[i], ks[i], s[i], p[i], op[i], dl[i]) for i in range(nd)]
+    kprod = prod(ks)
+    kdim = icg * kprod
+    b0, b1 = index_vars("b", 2)
+    vm, vn, vk = (sympy.Symbol(v, integer=True, nonnegative=True) for v in ("mm_m", "mm_n", "mm_k"))
+    kk = unflatten(vk, [icg] + ks)
+    ic, win = kk[0], kk[1:]
+    if isinstance(w, BufferValue):
+        a_body = cast(Load(w.dtype, w.buffer.name, sympy.expand(((b1 * icg + ic) * ocg + vm) * kprod
+                                                                 + flat_index(ks, win))), F32)
+    else:
+        a_body = cast(w.load([b1 * icg + ic, vm] + win), F32)
+    pos_o = unflatten(vn, outs)
+    cond = None
+    src = []
+    for i in range(nd):
+        num = pos_o[i] + p[i] - win[i] * dl[i]
+        src.append(FloorDiv(num, s[i]) if s[i] != One else num)
+        ok = Op(BOOL, "and", (Op(BOOL, "ge", (Index(I64, num), Const(I64, 0))),
+                              Op(BOOL, "lt", (Index(I64, num), Index(I64, sizes[i] * s[i])))))
+        if s[i] != One:
+            ok = Op(BOOL, "and", (ok, Op(BOOL, "eq", (Index(I64, sympy.Mod(num + s[i] * sizes[i], s[i])),
+                                                      Const(I64, 0)))))
+        cond = ok if cond is None else Op(BOOL, "and", (cond, ok))
+    inner = cast(x.load([b0, b1 * icg + ic] + src), F32)
+    b_body = Masked(F32, cond, inner, 0.0)
+    oc = ocg * g
+    out_shape = [n_, oc] + outs
+    buf = lw.program.new_buffer(out_shape, "float32")
+    coords = tuple([b0, b1 * ocg + vm] + unflatten(vn, outs))
+    out = lw.program.add(MatmulTask(out=buf, batch=(n_, g), m=ocg, n=prod(outs), k=kdim, a_body=a_body,
+                                    b_body=b_body, out_index=coords))
+    if bias is None:
+        return out
+    d = result_dtype(node)
+    return pointwise(d, lambda v, bv: Op(d, "add", (v, bv)), out,
+                     _reshape_value(bias, [One, oc] + [One] * nd), compute=d)
+
+
+LOWERINGS["kscout::conv_t"] = _conv_t
 
 
 # ---------------------------------------------------------------- symbolic integer arithmetic on sizes
