@@ -28,7 +28,7 @@ _ROWS = Knob("rows", ("auto", 1, 2, 4, 8, 16, 32, 64), "auto",
 _SINGLE = Knob("single_max", (0, 1024, 2048, 4096, 8192, 16384), 4096,
                "keeping longer rows in registers reads each element once (single pass)",
                "a lower limit sends long rows to the looped pass, which bounds registers (no spills)")
-_RBLOCK = Knob("rblock", (128, 256, 512, 1024, 2048, 4096), 1024,
+_RBLOCK = Knob("rblock", (8, 32, 128, 256, 512, 1024, 2048, 4096), 1024,
                "larger chunks mean fewer loop trips and wider loads",
                "smaller chunks use fewer registers per thread")
 

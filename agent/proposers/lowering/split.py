@@ -125,6 +125,12 @@ def _hint(expr, hints: dict) -> Optional[int]:
 def suggest(g: Group, hints: dict) -> dict:
     """Knob settings for the shipped sizes (the trace's hints): split long reductions over few rows and
     contractions with few output tiles and a long K; otherwise nothing (the kind's defaults)."""
+    if g.kind in ("reduction", "row"):
+        red = g.reductions()[0]
+        if len(red.full_shape) - 1 not in red.reduced and red.full_shape[-1] != ir.One:
+            # an outer reduction (the innermost axis is kept): many rows per program, short chunks,
+            # so neighbouring lanes read neighbouring addresses
+            return {"rows": 64, "single_max": 0, "rblock": 32}
     if g.kind == "reduction" and g.reductions()[0].rtype in SPLITTABLE and len(g.reductions()) == 1:
         red = g.reductions()[0]
         xn = _hint(ir.prod([red.full_shape[i] for i in red.kept()]), hints)
