@@ -22,7 +22,6 @@ import contextlib
 import functools
 import inspect
 import textwrap
-import types
 from dataclasses import dataclass, field
 from typing import Any, Optional
 

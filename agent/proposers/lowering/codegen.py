@@ -22,7 +22,7 @@ from agent.proposers.lowering.ir import (
     ScanTask, flat_index, index_vars, reindex, same, walk,
 )
 from agent.proposers.lowering.lowerings import Program
-from agent.proposers.lowering.printer import Axis, Writer, sympy_text, tl_dtype
+from agent.proposers.lowering.printer import Axis, Writer, sympy_text
 from agent.proposers.lowering.schedule import Group
 
 CANDIDATE_INDENT = " " * 8
@@ -129,10 +129,6 @@ class _TrackingWriter(Writer):
             self.kernel.args.add(e.name)
         return super()._value(e)
 
-    def value(self, e: E) -> str:
-        out = super().value(e)
-        return out
-
 
 def _loads_used(kernel: _Kernel, lines: list[str], candidates: set[str]) -> None:
     text = "\n".join(lines)
@@ -147,7 +143,6 @@ def _loads_used(kernel: _Kernel, lines: list[str], candidates: set[str]) -> None
 def _decompose(var: str, dims: list, sizes: list, kernel: _Kernel, indent: int) -> list[str]:
     """Lines that split the flat index `var` into one variable per dim (row-major over `sizes`)."""
     lines = []
-    n = len(dims)
     for j, (name, size) in enumerate(zip(dims, sizes)):
         stride = ir.prod(sizes[j + 1:])
         if size == One:
@@ -159,7 +154,6 @@ def _decompose(var: str, dims: list, sizes: list, kernel: _Kernel, indent: int) 
         if j > 0:
             expr = f"({expr} % ({kernel.size(size)}))"
         lines.append(f"{name} = {expr}")
-    del n
     return [" " * indent + line for line in lines]
 
 

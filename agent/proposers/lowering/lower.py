@@ -17,9 +17,9 @@ import torch
 from agent.proposers.lowering import ir
 from agent.proposers.lowering.capture import CARRIER_OFFSET, Captured
 from agent.proposers.lowering.ir import (
-    Arg, Buffer, BufferValue, Lazy, LoweringError, PointwiseTask, Value, compute_dtype, index_vars, size_of, sym,
+    Arg, BufferValue, Lazy, LoweringError, PointwiseTask, Value, compute_dtype, index_vars, size_of, sym,
 )
-from agent.proposers.lowering.lowerings import LOWERINGS, Program, result_dtype, unsupported
+from agent.proposers.lowering.lowerings import LOWERINGS, Program, unsupported
 
 RECOMPUTE_LIMIT = 48  # a pointwise value read by several consumers is stored once it is bigger than this
 
@@ -154,7 +154,6 @@ class Lowerer:
 
     def realize(self, value: Value, dtype: str, kind: str = "temp", storage: str = "") -> BufferValue:
         body = value.load(index_vars("x", len(value.shape)))
-        body = ir.substitute(body, lambda e: None)
         store = storage or {ir.F32: "float32", ir.F64: "float64", ir.I64: "int64", ir.I32: "int32",
                             ir.BOOL: "bool"}[dtype]
         buf = self.program.new_buffer(value.shape, store, kind=kind)

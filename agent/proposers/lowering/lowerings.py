@@ -17,8 +17,8 @@ import torch
 
 from agent.proposers.lowering import ir
 from agent.proposers.lowering.ir import (
-    BOOL, F32, FLOATS, I64, One, Zero, Arg, Buffer, BufferValue, Const, E, Index, Lazy, Load, LoweringError,
-    Masked, MatmulTask, Op, PointwiseTask, ReductionTask, ScanTask, UnsupportedOps, Value, compute_dtype, flat_index,
+    BOOL, F32, FLOATS, I64, One, Zero, Buffer, BufferValue, Const, E, Index, Lazy, Load, LoweringError,
+    Masked, MatmulTask, Op, ReductionTask, ScanTask, UnsupportedOps, Value, compute_dtype, flat_index,
     index_vars, prod, same, sym, unflatten,
 )
 
@@ -780,8 +780,6 @@ def _pool(lw, node, x, kind, kernel, stride, padding, dilation, ceil_mode, count
         return red
     if divisor is not None:
         return pointwise(d, lambda v: Op(d, "div", (v, Const(d, float(divisor)))), red, compute=d)
-    ovars = index_vars("x", len(lead) + nd)
-
     def count(idx):
         total = One
         for i in range(nd):
@@ -792,8 +790,6 @@ def _pool(lw, node, x, kind, kernel, stride, padding, dilation, ceil_mode, count
                 n = sympy.Min(start + k[i], sizes[i]) - sympy.Max(start, 0)
             total = total * n
         return total
-
-    del ovars
 
     def load(idx):
         return Op(d, "div", (cast(red.load(idx), d), cast(Index(I64, count(idx)), d)))
@@ -813,7 +809,7 @@ def _conv(lw, node, x, w, bias, stride, padding, dilation, groups):
     from torch.utils._sympy.functions import FloorDiv
 
     nd = len(w.shape) - 2
-    n_, c = x.shape[0], x.shape[1]
+    n_ = x.shape[0]
     oc, icg = w.shape[0], w.shape[1]
     ks = list(w.shape[2:])
     sizes = list(x.shape[2:])
@@ -846,7 +842,6 @@ def _conv(lw, node, x, w, bias, stride, padding, dilation, groups):
     coords = tuple([b0, och] + unflatten(vn, outs))
     out = lw.program.add(MatmulTask(out=buf, batch=(n_, g), m=ocg, n=ndim, k=kdim, a_body=a_body, b_body=b_body,
                                     out_index=coords))
-    del c
     if bias is None:
         return out
     d = result_dtype(node)

@@ -16,7 +16,7 @@ from typing import Optional
 import sympy
 
 from agent.proposers.lowering.ir import (
-    BOOL, F32, F64, FLOATS, I32, I64, TL_DTYPE, Arg, Const, E, Index, Load, LoweringError, Masked, Op,
+    BOOL, FLOATS, I64, TL_DTYPE, Arg, Const, E, Index, Load, LoweringError, Masked, Op,
 )
 
 
@@ -315,6 +315,9 @@ def _pow_const(a: str, exp: float, t: str) -> str:
         return f"(1.0 / {a})"
     if exp == 0.0:
         return f"tl.full([1], 1.0, {t})"
+    if float(exp).is_integer() and 2 <= abs(exp) <= 8:
+        product = " * ".join([a] * int(abs(exp)))
+        return f"({product})" if exp > 0 else f"(1.0 / ({product}))"
     if float(exp).is_integer():
         n = int(abs(exp))
         mag = f"tl.exp({float(n)!r} * tl.log(tl.abs({a})))"
@@ -327,5 +330,3 @@ def tl_dtype(storage: str) -> str:
     return {"float32": "tl.float32", "float64": "tl.float64", "int64": "tl.int64", "int32": "tl.int32",
             "bool": "tl.int1", "bfloat16": "tl.bfloat16", "float16": "tl.float16"}.get(storage, "tl.float32")
 
-
-del F32, F64, I32

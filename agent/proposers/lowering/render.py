@@ -139,7 +139,7 @@ def _launch(program: Program, g: Group, kernel: _Kernel, knobs: dict) -> list[st
                   f"    raise ValueError('{g.kind} over an empty dimension (size ' + str(_rn) + ')')",
                   f"_single = _rn <= {knobs['single_max']}",
                   f"_RB = _pow2(_rn) if _single else min({knobs['rblock']}, _pow2(_rn))",
-                  (f"_XB = max(1, min(64, 4096 // _RB))" if rows == "auto" else f"_XB = {rows}"),
+                  ("_XB = max(1, min(64, 4096 // _RB))" if rows == "auto" else f"_XB = {rows}"),
                   "if _single:",
                   "    _XB = max(1, min(_XB, 16384 // _RB))",
                   "_XB = min(_XB, _pow2(_xn))",

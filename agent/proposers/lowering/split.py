@@ -19,7 +19,7 @@ import sympy
 
 from agent.proposers.lowering import ir
 from agent.proposers.lowering.ir import (
-    BOOL, FLOATS, I64, Buffer, Const, Index, Load, Masked, MatmulTask, Op, ReductionTask, flat_index, index_vars,
+    BOOL, FLOATS, I64, Buffer, Index, Load, Masked, MatmulTask, Op, ReductionTask, flat_index, index_vars,
     reindex, unflatten,
 )
 from agent.proposers.lowering.schedule import Group
@@ -159,5 +159,3 @@ def degenerate_rows(g: Group, hints: dict) -> bool:
     rn = _hint(ir.prod([red.full_shape[i] for i in red.reduced]), hints)
     return xn is not None and rn is not None and xn < 256 and rn >= 1 << 16
 
-
-del Const
