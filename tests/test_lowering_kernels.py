@@ -123,3 +123,13 @@ def test_the_seed_splits_long_reductions_over_few_rows_at_the_shipped_sizes():
     assert [g["kind"] for g in config["groups"]] == ["reduction"] and config["groups"][0]["split"] > 1
     small = lower_source(CASES["mse"], "/tmp/mse.py").default_config()
     assert small["groups"][0]["split"] == 1
+
+
+def test_eviction_hints_mark_the_passes_of_a_looped_row_kernel():
+    low = lower_source(CASES["softmax_dim1"], "/tmp/softmax_dim1.py")
+    config = low.default_config()
+    hinted = {**config, "groups": [dict(config["groups"][0], cache_hints=True, single_max=0, rblock=8)]}
+    src, out, expected, flagged = run_lowered(CASES["softmax_dim1"], hinted, path="/tmp/softmax_dim1.py")
+    assert 'eviction_policy="evict_last"' in src and 'eviction_policy="evict_first"' in src
+    assert flagged == {}
+    assert_close(out, expected)

@@ -321,7 +321,9 @@ def _red_final(t: ReductionTask, j: int, kernel: _Kernel) -> list[str]:
     return [f"_, {r} = tl.reduce(({a}, {a}_i), 1, _kscout_{t.rtype})", f"{r} = {r}[:, None]"]
 
 
-def reduction_kernel(g: Group, kernel: _Kernel, store: set[str]) -> dict:
+def reduction_kernel(g: Group, kernel: _Kernel, store: set[str], cache_hints: bool = False) -> dict:
+    """`cache_hints`: in the looped form, every pass but the last keeps its loads in L2 (evict_last),
+    the last streams them (evict_first)."""
     reds = g.reductions()
     head = reds[0]
     full = list(head.full_shape)
@@ -382,10 +384,13 @@ def reduction_kernel(g: Group, kernel: _Kernel, store: set[str]) -> dict:
                                  f"{_cast_store(_tile(v, _XR), t.out.name)}, {mask})")
             out += lines
         else:
+            stored_full = [t for t in full_tasks if t.out.name in store]
             for j, t in enumerate(reds):
                 lines = []
                 w = kernel.writer(axes, lines, counter, resolve=resolver, indent="")
                 w.index = _flat_alias(w.index, x_flat, "xindex")
+                if cache_hints:
+                    w.eviction = "evict_last" if (stored_full or j + 1 < len(reds)) else "evict_first"
                 resolver.current = t.out.name
                 v = w.value(t.body)
                 body = lines + _red_update(t, v, _acc_dtype(t), j, mask, False, kernel)
@@ -399,11 +404,12 @@ def reduction_kernel(g: Group, kernel: _Kernel, store: set[str]) -> dict:
                 out += _red_final(t, j, kernel)
                 resolver.pending.discard(t.out.name)
                 resolver.registers[t.out.name] = (flat_index(t.out.shape, kept_vars), f"red{j}")
-            stored_full = [t for t in full_tasks if t.out.name in store]
             if stored_full:
                 lines = []
                 w = kernel.writer(axes, lines, counter, resolve=resolver, indent="")
                 w.index = _flat_alias(w.index, x_flat, "xindex")
+                if cache_hints:
+                    w.eviction = "evict_first"
                 stores = []
                 for t in stored_full:
                     resolver.current = t.out.name

@@ -205,6 +205,7 @@ class Writer:
         self.indent = indent
         self.resolve = resolve  # Load -> replacement E or a variable name (fusion), or None
         self.mask_stack: list[str] = []
+        self.eviction = ""  # "evict_last" keeps a row in L2 for the next pass; "evict_first" streams it
 
     def fresh(self) -> str:
         self.counter[0] += 1
@@ -260,10 +261,11 @@ class Writer:
             mask = " & ".join(masks)
             other = "0" if e.dtype not in FLOATS else "0.0"
             idx = self.index(e.index)
+            hint = f", eviction_policy=\"{self.eviction}\"" if self.eviction else ""
             if mask:
-                code = f"tl.load({ptr} + ({idx}), mask={mask}, other={other})"
+                code = f"tl.load({ptr} + ({idx}), mask={mask}, other={other}{hint})"
             else:
-                code = f"tl.load({ptr} + ({idx}))"
+                code = f"tl.load({ptr} + ({idx}){hint})"
             return self.emit(f"{code}.to({t})")
         if isinstance(e, Masked):
             cond = self.value(e.cond)

@@ -101,7 +101,7 @@ def _kernel(program: Program, g: Group, i: int, store: set, knobs: dict):
         ctx = codegen.pointwise_kernel(g, kernel, store)
         template = "pointwise.j2"
     elif g.kind in ("reduction", "row", "window"):
-        ctx = codegen.reduction_kernel(g, kernel, store)
+        ctx = codegen.reduction_kernel(g, kernel, store, bool(knobs.get("cache_hints", False)))
         template = "reduction.j2"
     elif g.kind == "matmul":
         ctx = codegen.matmul_kernel(g, kernel, store, knobs.get("precision", "ieee"))

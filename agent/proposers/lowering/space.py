@@ -44,7 +44,10 @@ SPACES: dict[str, tuple[Knob, ...]] = {
                        "splitting each row over more programs (partials, then a second pass) fills the GPU "
                        "when rows are few and long",
                        "fewer splits save the partials' round trip and the second launch")),
-    "row": (_ROWS, _SINGLE, _RBLOCK, Knob("num_warps", (1, 2, 4, 8, 16), 8, _W_UP, _W_DN)),
+    "row": (_ROWS, _SINGLE, _RBLOCK, Knob("num_warps", (1, 2, 4, 8, 16), 8, _W_UP, _W_DN),
+            Knob("cache_hints", (False, True), False,
+                 "eviction hints keep a row in L2 between the passes of the looped form and stream the last",
+                 "no hints leave caching to the hardware")),
     "window": (_ROWS, _SINGLE, _RBLOCK, Knob("num_warps", (1, 2, 4, 8), 4, _W_UP, _W_DN)),
     "scan": (_ROWS, _SINGLE, _RBLOCK, Knob("num_warps", (1, 2, 4, 8, 16), 4, _W_UP, _W_DN)),
     "matmul": (
