@@ -229,6 +229,24 @@ def summary_line(rows: list[dict]) -> str:
     return "; ".join(parts)
 
 
+def markdown_table(rows: list[dict]) -> str:
+    """The per-problem table as Markdown (the README's coverage table)."""
+    head = ("level", "problem", "kind", "status", "schedule", "evals", "first pass", "x eager", "x compile", "detail")
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        detail = str(r.get("detail", "")).replace("|", "/")
+        detail = detail[:90] + ("…" if len(detail) > 90 else "")
+        cells = (r["level"], r["problem"], r["category"], r["status"], r["schedule"], r["evaluations"],
+                 r["first_pass"], _cell(r["speedup_vs_eager"]), _cell(r["speedup_vs_torch_compile"]), detail)
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    return "\n".join(lines)
+
+
+def read_csv(path: Path) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
 def _cell(v) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
@@ -292,7 +310,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(summary_line(rows))
-    print(f"csv: {out / 'coverage.csv'}", file=sys.stderr)
+    (out / "coverage.md").write_text(markdown_table(rows) + "\n\n" + summary_line(rows) + "\n")
+    print(f"csv: {out / 'coverage.csv'}, table: {out / 'coverage.md'}", file=sys.stderr)
     return 0
 
 
