@@ -85,7 +85,10 @@ def _hinted(lowered: Lowered, base: dict, hints: Iterable) -> Iterator[tuple[dic
             h = by_kind.get(g["kind"])
             if h is not None:
                 try:
-                    out["groups"].append(space.validate_group(g["kind"], h))
+                    # A winner recorded before a knob existed lacks it: this graph's own value fills it in,
+                    # so hints survive the space growing (the values it does carry must still be legal).
+                    space.validate_group(g["kind"], h, partial=True)
+                    out["groups"].append({**g, **{k: v for k, v in h.items() if k != "kind"}})
                     applied.append(g["kind"])
                     continue
                 except space.KnobError:
