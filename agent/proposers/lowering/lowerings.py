@@ -781,18 +781,20 @@ def _pool(lw, node, x, kind, kernel, stride, padding, dilation, ceil_mode, count
     if divisor is not None:
         return pointwise(d, lambda v: Op(d, "div", (v, Const(d, float(divisor)))), red, compute=d)
     def count(idx):
-        total = One
+        # One integer factor per pooled dim, multiplied in the kernel: a single index expression of
+        # the product gets expanded (reindex) into ~100 terms for a 3-D window, each an op per output.
+        total = None
         for i in range(nd):
             start = idx[len(lead) + i] * s[i] - p[i]
             if count_include_pad:
                 n = sympy.Min(start + k[i], sizes[i] + p[i]) - start
             else:
                 n = sympy.Min(start + k[i], sizes[i]) - sympy.Max(start, 0)
-            total = total * n
+            total = Index(I64, n) if total is None else Op(I64, "mul", (total, Index(I64, n)))
         return total
 
     def load(idx):
-        return Op(d, "div", (cast(red.load(idx), d), cast(Index(I64, count(idx)), d)))
+        return Op(d, "div", (cast(red.load(idx), d), cast(count(idx), d)))
     return Lazy(red.shape, d, load)
 
 
