@@ -9,7 +9,8 @@ lookups, and every index is rebuilt in memory when the file opens.
 from __future__ import annotations
 
 import enum
-from typing import Optional
+import json
+from typing import Optional, Sequence
 
 from store import rows as R
 from store.db import Database, fetch_dicts, insert, where_equal
@@ -60,13 +61,44 @@ class LearnedMixin:
         arch: Optional[str] = None,
         device_name: Optional[str] = None,
         limit: int = 100,
+        schedule_kind: Optional[str] = None,
     ) -> list[OutcomeRecord]:
-        """Newest first."""
+        """Newest first. `schedule_kind` matches outcomes whose schedule includes that kind ("row"
+        matches "matmul+row"), whatever their op family."""
         where, params = where_equal(op_family=op_family, arch=arch, device_name=device_name)
+        if schedule_kind is not None:
+            where += (" AND " if where else " WHERE ") + "list_contains(string_split(schedule_kind, '+'), ?)"
+            params.append(schedule_kind)
         found = self.db.query(
             f"SELECT * FROM outcomes{where} ORDER BY seq DESC LIMIT ?", [*params, limit]
         )
         return [R.outcome_from_row(r) for r in found]
+
+    def schedule_hints(self, kinds: Sequence[str], arch: str, limit: int = 3) -> list[dict]:
+        """Knobs of the best measured wins (passed, faster than eager) whose schedule shares a kind with
+        `kinds`, on this arch, across op families: what a row kernel of one graph learned seeds the row
+        kernels of another. Best first, one per candidate."""
+        wanted = [k for k in dict.fromkeys(kinds) if k]
+        if not wanted:
+            return []
+        marks = ", ".join("?" for _ in wanted)
+        found = self.db.query(
+            "SELECT o.candidate_id, max(o.speedup) AS best, any_value(c.knobs_json) AS knobs_json "
+            "FROM outcomes o JOIN candidates c ON c.candidate_id = o.candidate_id "
+            "WHERE o.arch = ? AND o.status = 'passed' AND o.speedup > 1.0 AND o.schedule_kind IS NOT NULL "
+            f"AND len(list_intersect(string_split(o.schedule_kind, '+'), [{marks}])) > 0 "
+            "GROUP BY o.candidate_id ORDER BY best DESC, o.candidate_id LIMIT ?",
+            [arch, *wanted, limit],
+        )
+        hints = []
+        for row in found:
+            try:
+                knobs = json.loads(row["knobs_json"] or "{}")
+            except ValueError:
+                continue  # knobs that are not JSON teach nothing
+            if isinstance(knobs, dict) and knobs and knobs not in hints:
+                hints.append(knobs)
+        return hints
 
     def get_outcome(self, outcome_id: str) -> OutcomeRecord:
         found = self.db.query("SELECT * FROM outcomes WHERE outcome_id = ?", [outcome_id])

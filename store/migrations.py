@@ -477,3 +477,10 @@ def m005_knowledge_provenance(con: duckdb.DuckDBPyConnection) -> None:
         );
         """
     )
+
+
+@MIGRATIONS.register
+def m006_outcome_schedule_kind(con: duckdb.DuckDBPyConnection) -> None:
+    """Outcomes keyed by schedule kind as well as op family ("matmul+row"), so what a row kernel
+    learned on one graph seeds the row kernels of another (NULL for outcomes written before)."""
+    con.execute("ALTER TABLE outcomes ADD COLUMN schedule_kind VARCHAR")

@@ -146,6 +146,7 @@ class OutcomeRecord(Row):
     evidence_eval_ids: tuple[str, ...] = ()
     summary: str  # one sentence, what is embedded
     created_at: str
+    schedule_kind: Optional[str] = None  # "matmul+row": the kernels' schedule kinds, in launch order
 
 
 class FailurePattern(Row):

@@ -53,7 +53,7 @@ def test_blank_store_gets_the_exact_columns_of_its_key_tables(tmp_path):
             "seq", "outcome_id", "op_family", "problem_id", "device_name", "arch", "shape_bucket",
             "dtype", "transformation", "candidate_id", "parent_id", "baseline", "speedup",
             "speedup_low", "speedup_high", "latency_ms_p50", "status", "triton_version",
-            "torch_version", "driver_version", "evidence_eval_ids", "summary", "created_at",
+            "torch_version", "driver_version", "evidence_eval_ids", "summary", "created_at", "schedule_kind",
         ]
         assert _columns(con, "promotions") == [
             "seq", "event_id", "op_family", "problem_id", "arch", "candidate_id", "state", "actor",

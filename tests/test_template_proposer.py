@@ -283,7 +283,7 @@ def test_restart_is_deterministic_for_a_seed_and_far_from_the_parent():
 
 
 def test_unmappable_reference_is_an_unsupported_error_not_an_exception(tmp_path):
-    ref = tmp_path / "kb_conv.py"
+    ref = tmp_path / "kb_sort.py"
     ref.write_text(textwrap.dedent("""
         import torch
         import torch.nn as nn
@@ -294,7 +294,7 @@ def test_unmappable_reference_is_an_unsupported_error_not_an_exception(tmp_path)
                 self.conv = nn.Conv2d(3, 4, 3)
 
             def forward(self, x):
-                return self.conv(x)
+                return torch.sort(self.conv(x), dim=-1)[0]
 
         def get_inputs():
             return [torch.randn(1, 3, 8, 8)]
@@ -304,7 +304,9 @@ def test_unmappable_reference_is_an_unsupported_error_not_an_exception(tmp_path)
         """))
     result = TemplateProposer().propose(_request(str(ref)))
     assert result.proposals == ()
-    assert result.errors[0].kind == "unsupported" and "conv2d" in result.errors[0].message
+    # neither a family nor the lowering covers sort; the convolution itself lowers (implicit GEMM)
+    assert result.errors[0].kind == "unsupported" and "sort" in result.errors[0].message
+    assert "conv" not in result.errors[0].message.split("schedules known")[0]
 
 
 def test_knob_validation_rejects_unknown_knobs_and_illegal_values():

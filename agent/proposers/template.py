@@ -1,7 +1,10 @@
 """The offline proposer: candidates are points of a kernel family's knob space, rendered from jinja2 templates.
 
 No model is asked anything, so a search runs without a network and every candidate is reproducible from
-(template, knobs). Each action is a way to pick configurations: seed takes past winners on similar devices
+(template, knobs). The hand-written families are specialised schedules, tuned for LLM shapes, and are
+preferred when a reference matches one; any other reference is lowered from its traced graph
+(agent/proposers/lowering: fusion groups, one generic kernel per schedule kind) and searched over the
+lowering's knobs and fusion switches. Each action is a way to pick configurations: seed takes past winners on similar devices
 (`seed_hints`) then the family default; refine continues along the knob the parent just changed, then
 tries its other neighbours (first the moves its measured registers, spills and % of copy ceiling argue
 for: `knobs.steered_moves`); sibling prefers knobs the parent did not just move; restart jumps to a random
@@ -151,11 +154,16 @@ class TemplateProposer:
 
     name = "template"
 
+    def __init__(self, schedule_hints=None):
+        # (schedule kinds, arch) -> knob dicts of past wins with those kinds, from any op family
+        # (Store.schedule_hints); the session passes its store's, tests may leave it out
+        self.schedule_hints = schedule_hints
+
     def propose(self, request: ProposeRequest) -> ProposeResult:
         try:
             match = match_for(request.problem)
-        except FamilyMatchError as exc:
-            return ProposeResult(errors=(ProposalError(kind="unsupported", message=str(exc)),))
+        except FamilyMatchError:
+            return self._lowered(request)
         template = K.TEMPLATE_OF_FAMILY[match.family]
         note = _shape_note(request.problem)
         if request.action is Action.seed:
@@ -182,6 +190,24 @@ class TemplateProposer:
                 f"{request.action.value}: {len(proposals)} of {request.n} new configuration(s) of the {template} "
                 f"template; every other one in reach was already evaluated")),)
         return ProposeResult(proposals=tuple(proposals), errors=errors)
+
+    def _lowered(self, request: ProposeRequest) -> ProposeResult:
+        """No family matches: lower the traced graph. A reference the lowering cannot cover ends in one
+        line naming its ops and the schedules known (never a partial kernel)."""
+        from agent.proposers.lowering import LoweringError, lower_problem
+        from agent.proposers.lowering.propose import LoweringSearch
+
+        try:
+            lowered = lower_problem(request.problem)
+        except LoweringError as exc:
+            message = " ".join(str(exc).split())
+            return ProposeResult(errors=(ProposalError(kind="unsupported", message=(
+                f"{message} (and no hand-written family matches)")),))
+        search = LoweringSearch(lowered)
+        extra: tuple = ()
+        if request.action is Action.seed and self.schedule_hints is not None:
+            extra = tuple(self.schedule_hints(search.kinds(), request.arch))
+        return search.propose(request, note=_shape_note(request.problem), extra_hints=extra)
 
     # each generator yields (knobs, rationale, transformation_tags); the caller renders and dedupes
 

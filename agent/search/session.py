@@ -177,7 +177,7 @@ def make_proposer(config: SessionConfig, run_id: str, store, spent_usd: float = 
                            backoff_s=config.llm_backoff_s, max_cost_usd=config.max_cost_usd, spent_usd=spent_usd)
     from agent.proposers.template import TemplateProposer
 
-    return TemplateProposer()
+    return TemplateProposer(schedule_hints=store.schedule_hints)
 
 
 class Session:
@@ -303,11 +303,12 @@ class Session:
             return [Proposal(source=self.problem.seed_source, rationale="the problem's shipped seed kernel")], \
                 SEED_PROPOSER
         parent = self._parent_info(decision.node_id) if decision.node_id else None
+        context_text = self.context_text()  # builds the context first: the hints come from it
         hints = tuple(self._context.seed_hints()) if self._context is not None else ()
         request = ProposeRequest(
             problem=self.problem, device=self.fp.device_kind if self.fp.device_kind == "cpu" else "cuda",
             arch=self.fp.arch, device_name=self.fp.device_name, action=decision.action, parent=parent, n=n,
-            seen_sha256=frozenset(self.candidates), context_text=self.context_text(), seed_hints=hints,
+            seen_sha256=frozenset(self.candidates), context_text=context_text, seed_hints=hints,
             rng_seed=self.config.seed * 1_000_003 + len(self.candidates),
         )
         result = self.proposer.propose(request)

@@ -38,6 +38,18 @@ def transformation(candidate: CandidateRecord) -> str:
     return candidate.policy_action or "seed"
 
 
+def _schedule_kind(candidate: CandidateRecord) -> Optional[str]:
+    import json
+
+    from agent.proposers.lowering.propose import schedule_kind
+
+    try:
+        knobs = json.loads(candidate.knobs_json or "{}")
+    except ValueError:
+        knobs = {}
+    return schedule_kind(knobs, candidate.prompt_template)
+
+
 def _outcome_id(eval_id: str, bucket: str, dtype: str) -> str:
     return hashlib.sha256(f"{eval_id}|{bucket}|{dtype}".encode()).hexdigest()[:16]
 
@@ -52,6 +64,7 @@ def outcomes_for(
 ) -> list[OutcomeRecord]:
     """One outcome per timed shape bucket, or one for the whole declared set where nothing was timed."""
     common = dict(
+        schedule_kind=_schedule_kind(candidate),
         op_family=problem.op_family, problem_id=problem.problem_id, device_name=fingerprint.device_name,
         arch=fingerprint.arch, transformation=transformation(candidate), candidate_id=candidate.candidate_id,
         parent_id=candidate.parent_id, baseline="eager", triton_version=fingerprint.triton_version,

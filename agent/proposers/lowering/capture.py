@@ -1,0 +1,558 @@
+"""Graph capture: the reference's forward as an aten graph with symbolic sizes.
+
+The reference is built on the meta device (nothing is allocated, so shipped sizes of many GiB cost
+nothing) and traced by `make_fx` on fake tensors whose every dimension is a symbol, with duck sizing
+off so two sizes that happen to be equal stay two symbols. The generated candidate binds each symbol
+from the tensors it gets, so one candidate serves every shape case.
+
+Some module settings decide sizes but are plain ints (a GroupNorm's groups, a pooling window): the
+harness varies them between shape cases like any size. Their modules are traced through a patched
+forward that reads each such int from the size of a one-dimensional "carrier" input, so the setting
+becomes a symbol as well, bound in the candidate to the module's attribute. Pooling goes through a
+custom op whose shape function is symbolic (aten's pooling meta functions specialise the sizes).
+
+A Python number among the forward's inputs is traced as a 0-d tensor and passed to the kernels as a
+scalar argument, so a candidate does not bake in the value `get_inputs` happened to return.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import functools
+import inspect
+import textwrap
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torch
+
+from agent.proposers.lowering.ir import LoweringError
+
+_LIB = None
+
+
+def _pool_library():
+    """kscout::pool(x, kind, kernel, stride, padding, dilation, ceil_mode, count_include_pad, divisor)."""
+    global _LIB
+    if _LIB is not None:
+        return
+    lib = torch.library.Library("kscout", "FRAGMENT")
+    lib.define("pool(Tensor x, str kind, SymInt[] kernel, SymInt[] stride, SymInt[] padding, SymInt[] dilation, "
+               "bool ceil_mode, bool count_include_pad, int? divisor) -> Tensor")
+
+    def fake(x, kind, kernel, stride, padding, dilation, ceil_mode, count_include_pad, divisor):
+        d = len(kernel)
+        out = list(x.shape[:-d])
+        for i in range(d):
+            size = x.shape[x.dim() - d + i]
+            out.append(pool_out_size(size, kernel[i], stride[i], padding[i], dilation[i], ceil_mode))
+        return x.new_empty(out)
+
+    torch.library.register_fake("kscout::pool", fake, lib=lib)
+    lib.define("conv(Tensor x, Tensor w, Tensor? b, SymInt[] stride, SymInt[] padding, SymInt[] dilation, "
+               "SymInt groups) -> Tensor")
+
+    def fake_conv(x, w, b, stride, padding, dilation, groups):
+        d = len(stride)
+        out = [x.shape[0], w.shape[0]]
+        for i in range(d):
+            out.append(pool_out_size(x.shape[2 + i], w.shape[2 + i], stride[i], padding[i], dilation[i], False))
+        return x.new_empty(out)
+
+    torch.library.register_fake("kscout::conv", fake_conv, lib=lib)
+    lib.define("conv_t(Tensor x, Tensor w, Tensor? b, SymInt[] stride, SymInt[] padding, SymInt[] output_padding, "
+               "SymInt[] dilation, SymInt groups) -> Tensor")
+
+    def fake_conv_t(x, w, b, stride, padding, output_padding, dilation, groups):
+        d = len(stride)
+        out = [x.shape[0], w.shape[1] * groups]
+        for i in range(d):
+            out.append(conv_t_out_size(x.shape[2 + i], w.shape[2 + i], stride[i], padding[i], output_padding[i],
+                                       dilation[i]))
+        return x.new_empty(out)
+
+    torch.library.register_fake("kscout::conv_t", fake_conv_t, lib=lib)
+    _LIB = lib
+
+
+def conv_t_out_size(size, k, s, p, op, d):
+    """A transposed convolution's output size (ints, SymInts and sympy expressions alike)."""
+    return (size - 1) * s - 2 * p + d * (k - 1) + op + 1
+
+
+def pool_out_size(size, k, s, p, d, ceil_mode):
+    """PyTorch's pooling output size (works on ints, SymInts and sympy expressions alike)."""
+    span = size + 2 * p - d * (k - 1) - 1
+    if not ceil_mode:
+        return span // s + 1
+    out = -((-span) // s) + 1
+    if isinstance(out, int) and (out - 1) * s >= size + p:
+        out -= 1
+    return out
+
+
+# ---------------------------------------------------------------- the decomposition table
+
+
+@functools.lru_cache(maxsize=1)
+def decompositions() -> dict:
+    """Core aten decompositions plus the composite ops the lowering rebuilds from primitives."""
+    from torch._decomp import core_aten_decompositions, get_decompositions
+
+    aten = torch.ops.aten
+    table = dict(core_aten_decompositions())
+    table.update(get_decompositions([
+        aten.gelu, aten.hardtanh, aten.leaky_relu, aten.elu, aten._softmax, aten._log_softmax,
+        aten.native_batch_norm, aten._native_batch_norm_legit_no_training, aten._native_batch_norm_legit,
+        aten.linalg_vector_norm, aten.native_layer_norm, aten.native_group_norm, aten.clamp_min, aten.clamp_max,
+        aten.constant_pad_nd, aten.diagonal, aten.expm1, aten.reciprocal, aten.trunc, aten.round,
+    ]))
+    for keep in (aten.cumsum, aten.cumprod, aten.addmm, aten.mm, aten.bmm, aten.sigmoid, aten.clamp,
+                 aten.sign, aten._to_copy, aten.where):
+        for overload in keep.overloads():
+            table.pop(getattr(keep, overload), None)
+    return table
+
+
+# ---------------------------------------------------------------- the reference's __init__ for ModelNew
+
+
+@dataclass(frozen=True)
+class InitSource:
+    """The reference's `__init__` (signature and body) and what it needs, to mirror it in ModelNew."""
+
+    signature: str  # e.g. "self, in_features, out_features, num_groups"
+    body: str  # indented 8 spaces, `super(Model, self).__init__()` written as `super().__init__()`
+    imports: tuple[str, ...]
+    helpers: tuple[str, ...]  # module-level classes/functions the body uses
+
+
+def init_source(source: str) -> InitSource:
+    """Copy `Model.__init__` so the candidate has the reference's submodules, parameters and settings.
+
+    The candidate's forward never calls them: it reads parameters and settings, nothing else.
+    """
+    tree = ast.parse(source)
+    model = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Model"), None)
+    if model is None:
+        raise LoweringError("the reference defines no class Model")
+    init = next((n for n in model.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
+    imports = tuple(ast.get_source_segment(source, n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom)))
+    if init is None:
+        return InitSource(signature="self", body="        super().__init__()\n", imports=imports, helpers=())
+    args = ast.unparse(init.args) or "self"
+    lines = source.splitlines()
+    start = init.body[0].lineno - 1
+    if isinstance(init.body[0], ast.Expr) and isinstance(getattr(init.body[0], "value", None), ast.Constant):
+        start = init.body[0].end_lineno  # leave the docstring out
+    body_lines = lines[start:init.end_lineno]
+    body = textwrap.dedent("\n".join(body_lines))
+    body = body.replace("super(Model, self).__init__()", "super().__init__()")
+    if not body.strip():
+        body = "super().__init__()"
+    imported = set()
+    for n in tree.body:
+        if isinstance(n, (ast.Import, ast.ImportFrom)):
+            imported |= {(a.asname or a.name).split(".")[0] for a in n.names}
+    defined = {n.name: n for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef)) and n.name != "Model"}
+    assigned = {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+    params = {a.arg for a in init.args.args + init.args.kwonlyargs}
+    if init.args.vararg:
+        params.add(init.args.vararg.arg)
+    if init.args.kwarg:
+        params.add(init.args.kwarg.arg)
+    used = {n.id for n in ast.walk(init) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    helpers = []
+    for name in sorted(used - params - imported):
+        if name in defined:
+            helpers.append(ast.get_source_segment(source, defined[name]))
+        elif name in assigned:
+            raise LoweringError(f"Model.__init__ reads the module-level value {name!r}, which the harness may "
+                                f"rebind per shape case; the lowering mirrors only __init__'s own arguments")
+    return InitSource(signature=args, body=textwrap.indent(body, " " * 8) + "\n", imports=imports,
+                      helpers=tuple(helpers))
+
+
+# ---------------------------------------------------------------- placeholders
+
+
+@dataclass(frozen=True)
+class Placeholder:
+    kind: str  # "param" | "carrier" | "input" | "scalar"
+    name: str  # dotted state name, input name, or the attribute expression of a carrier ("self.pool.kernel_size[0]")
+    dtype: Optional[torch.dtype] = None  # None for carriers
+
+
+@dataclass
+class Captured:
+    gm: Any  # torch.fx.GraphModule
+    placeholders: list[Placeholder]
+    n_outputs: int
+    tuple_output: bool
+    shape_env: Any
+    input_names: list[str]
+    init: InitSource
+    hints: dict = field(default_factory=dict)  # symbol -> value at the shipped sizes
+
+
+_CONVS = {torch.nn.Conv1d: 1, torch.nn.Conv2d: 2, torch.nn.Conv3d: 3}
+_CONVS_T = {torch.nn.ConvTranspose1d: 1, torch.nn.ConvTranspose2d: 2, torch.nn.ConvTranspose3d: 3}
+_POOLS = {
+    torch.nn.MaxPool1d: ("max", 1), torch.nn.MaxPool2d: ("max", 2), torch.nn.MaxPool3d: ("max", 3),
+    torch.nn.AvgPool1d: ("avg", 1), torch.nn.AvgPool2d: ("avg", 2), torch.nn.AvgPool3d: ("avg", 3),
+}
+
+
+def _tuple(v, n):
+    return tuple(v) if isinstance(v, (tuple, list)) else (v,) * n
+
+
+CARRIER_OFFSET = 2  # a carrier is v + 2 long: sizes 0 and 1 would be fixed by the trace, not symbols
+
+
+class _Carriers:
+    """Module int settings traced as sizes of one-dimensional placeholder tensors (v + CARRIER_OFFSET long)."""
+
+    def __init__(self, fake_mode):
+        self.fake_mode = fake_mode
+        self.names: list[str] = []
+        self.tensors: list = []
+
+    def __call__(self, expr: str, value: int):
+        from torch.fx.experimental.symbolic_shapes import DimDynamic, StatelessSymbolicContext
+
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise LoweringError(f"{expr} = {value!r} is not a size")
+        meta = torch.empty(value + CARRIER_OFFSET, device="meta")
+        fake = self.fake_mode.from_tensor(meta, symbolic_context=StatelessSymbolicContext(
+            dynamic_sizes=[DimDynamic.DYNAMIC]))
+        self.names.append(expr)
+        self.tensors.append(fake)
+        return len(self.tensors) - 1
+
+
+def _patch_modules(model: torch.nn.Module, carriers: _Carriers) -> list:
+    """Give size-deciding int settings a carrier; returns the (module, slot -> carrier index) list."""
+    patched = []
+    for path, m in model.named_modules():
+        owner = "self" + "".join(f".{p}" for p in path.split(".") if p) if path else "self"
+        if type(m) in _POOLS:
+            kind, d = _POOLS[type(m)]
+            slots = {}
+            names = ("kernel_size", "stride", "padding") + (("dilation",) if kind == "max" else ())
+            for attr in names:
+                value = getattr(m, attr)
+                if value is None:
+                    value = m.kernel_size
+                for i, v in enumerate(_tuple(value, d)):
+                    expr = f"{owner}.{attr}" if not isinstance(value, (tuple, list)) else f"{owner}.{attr}[{i}]"
+                    if attr == "stride" and getattr(m, "stride", None) is None:
+                        expr = expr.replace(".stride", ".kernel_size")
+                    slots[(attr, i)] = carriers(expr, int(v))
+            patched.append((m, "pool", (kind, d, slots)))
+        elif type(m) in _CONVS_T:
+            d = _CONVS_T[type(m)]
+            if m.padding_mode != "zeros":
+                continue
+            slots = {}
+            for attr in ("stride", "padding", "output_padding", "dilation"):
+                for i, v in enumerate(_tuple(getattr(m, attr), d)):
+                    slots[(attr, i)] = carriers(f"{owner}.{attr}[{i}]", int(v))
+            slots[("groups", 0)] = carriers(f"{owner}.groups", int(m.groups))
+            patched.append((m, "conv_t", (d, slots)))
+        elif type(m) in _CONVS:
+            d = _CONVS[type(m)]
+            if m.padding_mode != "zeros" or isinstance(m.padding, str):
+                continue  # traced as aten.convolution: unsupported, named as such
+            slots = {}
+            for attr in ("stride", "padding", "dilation"):
+                for i, v in enumerate(_tuple(getattr(m, attr), d)):
+                    slots[(attr, i)] = carriers(f"{owner}.{attr}[{i}]", int(v))
+            slots[("groups", 0)] = carriers(f"{owner}.groups", int(m.groups))
+            patched.append((m, "conv", (d, slots)))
+        elif isinstance(m, torch.nn.GroupNorm):
+            patched.append((m, "group_norm", {"groups": carriers(f"{owner}.num_groups", int(m.num_groups))}))
+        elif isinstance(m, torch.nn.LayerNorm):
+            slots = [carriers(f"{owner}.normalized_shape[{i}]", int(v)) for i, v in enumerate(m.normalized_shape)]
+            patched.append((m, "layer_norm", slots))
+        elif isinstance(m, torch.nn.modules.instancenorm._InstanceNorm):
+            # its forward compares the input's channels with num_features, which would fix that size
+            patched.append((m, "instance_norm", None))
+    return patched
+
+
+def _pool_call(x, kind, d, kernel, stride, padding, dilation, ceil_mode, count_include_pad=True, divisor=None):
+    _pool_library()
+    squeeze = x.dim() == d + 1
+    if squeeze:
+        x = x.unsqueeze(0)
+    out = torch.ops.kscout.pool(x, kind, list(kernel), list(stride), list(padding), list(dilation),
+                                bool(ceil_mode), bool(count_include_pad), divisor)
+    return out.squeeze(0) if squeeze else out
+
+
+def _conv_call(x, weight, bias, stride, padding, dilation, groups):
+    _pool_library()
+    d = weight.dim() - 2
+    squeeze = x.dim() == d + 1
+    if squeeze:
+        x = x.unsqueeze(0)
+    out = torch.ops.kscout.conv(x, weight, bias, list(stride), list(padding), list(dilation), groups)
+    return out.squeeze(0) if squeeze else out
+
+
+def _conv_t_call(x, weight, bias, stride, padding, output_padding, dilation, groups):
+    _pool_library()
+    d = weight.dim() - 2
+    squeeze = x.dim() == d + 1
+    if squeeze:
+        x = x.unsqueeze(0)
+    out = torch.ops.kscout.conv_t(x, weight, bias, list(stride), list(padding), list(output_padding),
+                                  list(dilation), groups)
+    return out.squeeze(0) if squeeze else out
+
+
+def _functional_convs() -> dict:
+    """torch.nn.functional.conv{1,2,3}d routed through kscout::conv (numeric padding only)."""
+    def conv(d):
+        def f(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+            if isinstance(padding, str):
+                raise LoweringError(f"conv{d}d with padding={padding!r} is not lowered")
+            return _conv_call(input, weight, bias, _tuple(stride, d), _tuple(padding, d), _tuple(dilation, d), groups)
+        return f
+    def conv_t(d):
+        def f(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+            return _conv_t_call(input, weight, bias, _tuple(stride, d), _tuple(padding, d), _tuple(output_padding, d),
+                                _tuple(dilation, d), groups)
+        return f
+    out = {f"conv{d}d": conv(d) for d in (1, 2, 3)}
+    out.update({f"conv_transpose{d}d": conv_t(d) for d in (1, 2, 3)})
+    return out
+
+
+def _functional_pools() -> dict:
+    """Replacements for torch.nn.functional's pooling, routed through kscout::pool."""
+    def maxp(d):
+        def f(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+            if return_indices:
+                raise LoweringError("max pooling with return_indices=True is not lowered")
+            stride = kernel_size if stride is None or stride == [] or stride == () else stride
+            return _pool_call(input, "max", d, _tuple(kernel_size, d), _tuple(stride, d), _tuple(padding, d),
+                              _tuple(dilation, d), ceil_mode)
+        return f
+
+    def avgp(d):
+        def f(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+              divisor_override=None):
+            stride = kernel_size if stride is None or stride == [] or stride == () else stride
+            return _pool_call(input, "avg", d, _tuple(kernel_size, d), _tuple(stride, d), _tuple(padding, d),
+                              (1,) * d, ceil_mode, count_include_pad, divisor_override)
+        return f
+
+    out = {f"max_pool{d}d": maxp(d) for d in (1, 2, 3)}
+    out.update({f"avg_pool{d}d": avgp(d) for d in (1, 2, 3)})
+    out.update({f"max_pool{d}d_with_indices": maxp(d) for d in (1, 2, 3)})
+    return out
+
+
+@contextlib.contextmanager
+def _patched(model, patched, carrier_values):
+    import torch.nn.functional as F
+
+    replacements = {**_functional_pools(), **_functional_convs()}
+    saved_f = {name: getattr(F, name) for name in replacements}
+    for name, fn in replacements.items():
+        setattr(F, name, fn)
+    saved_fwd = []
+    try:
+        for m, what, info in patched:
+            saved_fwd.append((m, m.__dict__.get("forward")))
+            if what == "pool":
+                kind, d, slots = info
+
+                def fwd(x, m=m, kind=kind, d=d, slots=slots):
+                    def get(attr):
+                        return tuple(carrier_values()[slots[(attr, i)]].shape[0] - CARRIER_OFFSET for i in range(d))
+                    dil = get("dilation") if kind == "max" else (1,) * d
+                    return _pool_call(x, kind, d, get("kernel_size"), get("stride"), get("padding"), dil,
+                                      m.ceil_mode, getattr(m, "count_include_pad", True),
+                                      getattr(m, "divisor_override", None))
+                m.forward = fwd
+            elif what == "conv":
+                def fwd(x, m=m, info=info):
+                    d, slots = info
+
+                    def get(attr):
+                        return [carrier_values()[slots[(attr, i)]].shape[0] - CARRIER_OFFSET for i in range(d)]
+                    groups = carrier_values()[slots[("groups", 0)]].shape[0] - CARRIER_OFFSET
+                    return _conv_call(x, m.weight, m.bias, get("stride"), get("padding"), get("dilation"), groups)
+                m.forward = fwd
+            elif what == "conv_t":
+                def fwd(x, output_size=None, m=m, info=info):
+                    if output_size is not None:
+                        raise LoweringError("a transposed convolution called with output_size is not lowered")
+                    d, slots = info
+
+                    def get(attr):
+                        return [carrier_values()[slots[(attr, i)]].shape[0] - CARRIER_OFFSET for i in range(d)]
+                    groups = carrier_values()[slots[("groups", 0)]].shape[0] - CARRIER_OFFSET
+                    return _conv_t_call(x, m.weight, m.bias, get("stride"), get("padding"), get("output_padding"),
+                                        get("dilation"), groups)
+                m.forward = fwd
+            elif what == "group_norm":
+                def fwd(x, m=m, slot=info["groups"]):
+                    groups = carrier_values()[slot].shape[0] - CARRIER_OFFSET
+                    return _group_norm(x, groups, m.weight, m.bias, m.eps)
+                m.forward = fwd
+            elif what == "layer_norm":
+                def fwd(x, m=m, slots=info):
+                    shape = [carrier_values()[i].shape[0] - CARRIER_OFFSET for i in slots]
+                    return torch.nn.functional.layer_norm(x, shape, m.weight, m.bias, m.eps)
+                m.forward = fwd
+            else:
+                def fwd(x, m=m):
+                    unbatched = x.dim() == m._get_no_batch_dim()
+                    if unbatched:
+                        x = x.unsqueeze(0)
+                    y = torch.nn.functional.instance_norm(
+                        x, m.running_mean, m.running_var, m.weight, m.bias,
+                        m.training or not m.track_running_stats, m.momentum if m.momentum is not None else 0.0, m.eps)
+                    return y.squeeze(0) if unbatched else y
+                m.forward = fwd
+        yield
+    finally:
+        for name, fn in saved_f.items():
+            setattr(F, name, fn)
+        for m, old in saved_fwd:
+            if old is None:
+                m.__dict__.pop("forward", None)
+            else:
+                m.forward = old
+
+
+def _group_norm(x, groups, weight, bias, eps):
+    """GroupNorm with a symbolic group count: statistics over (C/G, spatial) per (sample, group)."""
+    n, c = x.shape[0], x.shape[1]
+    xg = x.reshape(n, groups, -1)
+    var, mean = torch.var_mean(xg, dim=-1, keepdim=True, correction=0)
+    y = ((xg - mean) * torch.rsqrt(var + eps)).reshape(x.shape)
+    if weight is not None:
+        shape = [1, c] + [1] * (x.dim() - 2)
+        y = y * weight.reshape(shape)
+        if bias is not None:
+            y = y + bias.reshape(shape)
+    return y
+
+
+def _out_of_place(gm) -> None:
+    """Rewrite in-place aten ops (decompositions use some: clamp_min_ in cosine_similarity) as their
+    out-of-place form, and let every later use of the mutated tensor read the result instead."""
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    for node in list(gm.graph.nodes):
+        target = node.target
+        if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+            continue
+        schema = target._schema
+        if not (schema.arguments and schema.arguments[0].alias_info is not None
+                and schema.arguments[0].alias_info.is_write):
+            continue
+        packet = target.overloadpacket.__name__
+        if not packet.endswith("_"):
+            raise LoweringError(f"in-place op {target} is not lowered")
+        functional = getattr(getattr(torch.ops.aten, packet[:-1], None), target._overloadname, None)
+        if functional is None:
+            raise LoweringError(f"in-place op {target} has no out-of-place form")
+        mutated = node.args[0]
+        node.target = functional
+        for user in list(mutated.users):
+            if user is not node and order[user] > order[node]:
+                user.replace_input_with(mutated, node)
+    gm.graph.lint()
+    gm.recompile()
+
+
+# ---------------------------------------------------------------- the entry point
+
+
+def capture(source: str, path: str) -> Captured:
+    """Trace the reference's forward (eval mode) to an aten graph with symbolic sizes."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
+
+    from evaluation.problem import exec_problem_source, init_inputs
+
+    _pool_library()
+    init = init_source(source)
+    module = exec_problem_source(source, path)
+    name = path.rsplit("/", 1)[-1]
+    try:
+        with torch.device("meta"):
+            model = module.Model(*init_inputs(module)).eval()
+            raw_inputs = list(module.get_inputs())
+    except Exception as exc:
+        raise LoweringError(f"{name}: cannot build the reference on the meta device: {type(exc).__name__}: {exc}") from exc
+    try:
+        input_names = [p.name for p in inspect.signature(model.forward).parameters.values()][: len(raw_inputs)]
+    except (TypeError, ValueError):
+        input_names = [f"input{i}" for i in range(len(raw_inputs))]
+    if len(input_names) < len(raw_inputs):
+        raise LoweringError(f"{name}: forward takes fewer named inputs than get_inputs() returns")
+
+    env = ShapeEnv(duck_shape=False)
+    fake_mode = FakeTensorMode(shape_env=env, allow_non_fake_inputs=False)
+
+    def fake(t: torch.Tensor):
+        meta = t.detach().to("meta") if t.device.type != "meta" else t.detach()
+        return fake_mode.from_tensor(meta, symbolic_context=StatelessSymbolicContext(
+            dynamic_sizes=[DimDynamic.DYNAMIC] * meta.dim()))
+
+    placeholders: list[Placeholder] = []
+    flat: list = []
+    state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+    for key, t in state.items():
+        placeholders.append(Placeholder(kind="param", name=key, dtype=t.dtype))
+        flat.append(fake(t))
+    carriers = _Carriers(fake_mode)
+    patched = _patch_modules(model, carriers)
+    for expr, t in zip(carriers.names, carriers.tensors):
+        placeholders.append(Placeholder(kind="carrier", name=expr))
+        flat.append(t)
+    for iname, x in zip(input_names, raw_inputs):
+        if isinstance(x, torch.Tensor):
+            placeholders.append(Placeholder(kind="input", name=iname, dtype=x.dtype))
+            flat.append(fake(x))
+        elif isinstance(x, float) or (isinstance(x, int) and not isinstance(x, bool)):
+            dtype = torch.float32 if isinstance(x, float) else torch.int64
+            placeholders.append(Placeholder(kind="scalar", name=iname, dtype=dtype))
+            flat.append(fake_mode.from_tensor(torch.empty((), dtype=dtype, device="meta")))
+        else:
+            raise LoweringError(f"{name}: input {iname!r} is a {type(x).__name__}; only tensors and numbers are lowered")
+    n_state, n_carriers = len(state), len(carriers.tensors)
+    keys = list(state)
+    current: dict = {}
+
+    def forward(*args):
+        params = dict(zip(keys, args[:n_state]))
+        current["carriers"] = args[n_state:n_state + n_carriers]
+        out = torch.func.functional_call(model, params, tuple(args[n_state + n_carriers:]))
+        current["tuple"] = isinstance(out, (tuple, list))
+        return out
+
+    try:
+        with _patched(model, patched, lambda: current["carriers"]):
+            gm = make_fx(forward, decomposition_table=decompositions(), tracing_mode="fake")(*flat)
+        _out_of_place(gm)
+    except LoweringError:
+        raise
+    except Exception as exc:
+        text = " ".join(str(exc).split())[:300]
+        raise LoweringError(f"{name}: cannot trace the forward to aten ops: {type(exc).__name__}: {text}") from exc
+    outputs = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+    tuple_output = bool(current.get("tuple"))
+    n_out = len(outputs) if isinstance(outputs, (tuple, list)) else 1
+    values = getattr(env, "backed_var_to_val", None) or env.var_to_val
+    hints = {s: int(v) for s, v in values.items()}
+    return Captured(gm=gm, placeholders=placeholders, n_outputs=n_out, tuple_output=tuple_output, shape_env=env,
+                    input_names=input_names, init=init, hints=hints)

@@ -1,0 +1,319 @@
+"""Coverage benchmark: one short template-proposer search per KernelBench problem file.
+
+    python -m agent.coverage DIR_OR_FILE... [--budget 4] [--device auto] [--out DIR] [--match REGEX]
+
+Per problem it reports the schedule(s) of the kernels written (the lowering's schedule kinds, or the
+hand-written family's), whether any candidate passed the evaluator within the budget, after how many
+evaluations, and on a GPU the best's x eager and x torch.compile from the session's interleaved
+re-measure. A problem no schedule covers is "unsupported", with the ops named; a harness that cannot
+judge the problem (a reference that fails on the derived shapes) is "harness_error". It writes
+`coverage.csv` and prints one summary line: counts, the rates the issue's targets are stated in
+(level-1 problems without convolutions, level-2 problems whose contraction is a GEMM), geomeans.
+
+Problems run one after another in a fresh store under --out (vectors off unless KSCOUT_VECTORS says
+otherwise: the benchmark retrieves nothing it needs embeddings for). On the CPU nothing is timed; the
+interpreter costs 1-3 ms per program instance, so a full run of the dev set takes a while (run it with
+`nice` in the background; the CSV is rewritten after every problem).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Optional
+
+from evaluation.errors import KscoutError
+
+CSV_FIELDS = ("level", "problem", "category", "status", "schedule", "evaluations", "first_pass", "speedup_vs_eager",
+              "speedup_vs_torch_compile", "seconds", "run_id", "detail")
+NOT_MEASURED = "not measured"
+
+
+def category(path: Path) -> str:
+    """conv | gemm | other, from the file name (KernelBench names say what they compute)."""
+    name = path.stem.lower()
+    if "conv" in name:
+        return "conv"
+    if re.search(r"gemm|matmul|bmm|matrix_mult|matrix_vector|matrix_scalar|tensor_matrix", name):
+        return "gemm"
+    return "other"
+
+
+def level_of(path: Path) -> str:
+    m = re.search(r"level(\d+)", str(path.parent))
+    return m.group(1) if m else "?"
+
+
+def problem_files(specs: list[str], match: Optional[str] = None) -> list[Path]:
+    out: list[Path] = []
+    for spec in specs:
+        p = Path(spec)
+        if p.is_dir():
+            out += sorted(p.glob("*.py"), key=lambda f: (_number(f), f.name))
+        elif p.is_file():
+            out.append(p)
+        else:
+            raise KscoutError(f"no such problem file or folder: {spec}")
+    if match:
+        out = [p for p in out if re.search(match, p.name)]
+    return out
+
+
+def literal_sizes(path: Path, folder: Path) -> Path:
+    """A copy of the problem whose integer-expression, tuple and chained size constants are plain int
+    constants (`M = 1024 * 2` -> `M = 2048`; `input_shape = (32768,)` -> `input_shape_0 = 32768` and
+    `input_shape = (input_shape_0,)`; `height = width = 128` -> two constants), so a harness that
+    shrinks only `NAME = <int>` constants can derive CPU-sized cases for it. Nothing else changes."""
+    import ast
+
+    source = path.read_text()
+    tree = ast.parse(source)
+    body = []
+    changed = False
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and len(node.targets) > 1 and isinstance(node.value, ast.Constant)
+                and all(isinstance(t, ast.Name) for t in node.targets)):
+            # `height = width = 128`: one constant each, so both can be shrunk
+            body += [ast.Assign(targets=[t], value=ast.Constant(node.value.value)) for t in node.targets]
+            changed = True
+            continue
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            name = node.targets[0].id
+            value = node.value
+            if isinstance(value, ast.BinOp):
+                try:
+                    folded = eval(compile(ast.Expression(value), "<size>", "eval"), {"__builtins__": {}})
+                except Exception:
+                    folded = None
+                if type(folded) is int:
+                    body.append(ast.Assign(targets=node.targets, value=ast.Constant(folded)))
+                    changed = True
+                    continue
+            if isinstance(value, ast.Tuple) and value.elts and all(
+                    isinstance(e, ast.Constant) and type(e.value) is int for e in value.elts):
+                names = []
+                for i, e in enumerate(value.elts):
+                    body.append(ast.Assign(targets=[ast.Name(f"{name}_{i}", ast.Store())], value=ast.Constant(e.value)))
+                    names.append(ast.Name(f"{name}_{i}", ast.Load()))
+                body.append(ast.Assign(targets=node.targets, value=ast.Tuple(names, ast.Load())))
+                changed = True
+                continue
+        body.append(node)
+    if not changed:
+        return path
+    out = folder / path.parent.name / path.name
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(ast.unparse(ast.fix_missing_locations(ast.Module(body=body, type_ignores=[]))) + "\n")
+    return out
+
+
+def _number(p: Path) -> int:
+    m = re.match(r"(\d+)_", p.name)
+    return int(m.group(1)) if m else 10 ** 9
+
+
+def _schedule(store, run_id: str, cid: Optional[str]) -> str:
+    from agent.proposers.lowering.propose import schedule_kind
+
+    cands = {c.candidate_id: c for c in store.candidates(run_id)}
+    c = cands.get(cid) if cid else next(iter(cands.values()), None)
+    if c is None:
+        return "-"
+    try:
+        knobs = json.loads(c.knobs_json or "{}")
+    except ValueError:
+        knobs = {}
+    kind = schedule_kind(knobs, c.prompt_template)
+    if kind and (c.prompt_template or "").startswith("lowering/"):
+        return kind
+    stem = (c.prompt_template or "").removesuffix(".j2")
+    return f"family:{stem}" if stem else (kind or c.proposer)
+
+
+def summarize_run(store, run_id: str, errors: list[str]) -> dict:
+    """status, schedule, evaluations, first pass and speedups of one finished run, from the store."""
+    from agent.search.stopping import measured_speedup
+
+    run = store.get_run(run_id)
+    search = [(cid, r) for _, _, cid, r in store.evaluations(run_id=run_id, kind="search")]
+    remeasured = {cid: r for _, _, cid, r in store.evaluations(run_id=run_id, kind="remeasure")}
+    first_pass = next((i for i, (_, r) in enumerate(search, 1) if r.passed), None)
+    passed = [cid for cid, r in search if r.passed]
+    best = run.best_candidate_id or (passed[0] if passed else None)
+    row = dict(run_id=run_id, evaluations=len(search), first_pass=first_pass or "-",
+               schedule=_schedule(store, run_id, best))
+    if passed:
+        row["status"] = "passed"
+        row["detail"] = ""
+    elif not search and any(e.startswith("unsupported") for e in errors):
+        row["status"] = "unsupported"
+        row["detail"] = next(e for e in errors if e.startswith("unsupported")).split(": ", 1)[-1]
+    else:
+        row["status"] = "failed"
+        first_fail = next((r for _, r in search if not r.passed), None)
+        row["detail"] = (f"{first_fail.status.value}/{first_fail.error_class}: {first_fail.message or ''}"
+                         if first_fail else "; ".join(errors) or "no candidate")
+    timed = any(r.timing for _, r in search)
+    if not timed:
+        row["speedup_vs_eager"] = row["speedup_vs_torch_compile"] = NOT_MEASURED
+        return row
+    final = remeasured.get(best) if best else None
+    final = final or (dict(search).get(best) if best else None)
+    eager = measured_speedup(final, "eager") if final else None
+    compiled = measured_speedup(final, "torch_compile") if final else None
+    row["speedup_vs_eager"] = eager.ratio if eager else "-"
+    row["speedup_vs_torch_compile"] = compiled.ratio if compiled else "-"
+    return row
+
+
+def run_one(store, path: Path, *, budget: int, device_kind: str, trials: int, seed: int, timeout_s: float) -> dict:
+    from agent.search.session import SessionConfig, start
+
+    errors: list[str] = []
+    base = dict(level=level_of(path), problem=path.stem, category=category(path))
+    config = SessionConfig(problem=str(path), device=device_kind, proposer="template", budget=budget, stall=None,
+                           seed=seed, trials=trials, timeout_s=timeout_s)
+
+    def on_event(event):
+        if event.kind == "proposal_error":
+            errors.append(event.message)
+
+    t0 = time.monotonic()
+    try:
+        run_id = start(config, store, on_event=on_event)
+    except Exception as exc:  # a harness that cannot judge this problem: record it, go on with the next
+        text = " ".join(f"{type(exc).__name__}: {exc}".split())[:400]
+        return dict(base, status="harness_error", schedule="-", evaluations=0, first_pass="-",
+                    speedup_vs_eager="-", speedup_vs_torch_compile="-", seconds=time.monotonic() - t0, run_id="-",
+                    detail=text)
+    row = dict(base, **summarize_run(store, run_id, errors))
+    row["seconds"] = time.monotonic() - t0
+    return row
+
+
+def geomean(values: list[float]) -> Optional[float]:
+    vals = [v for v in values if isinstance(v, (int, float)) and v > 0]
+    return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
+
+
+def summary_line(rows: list[dict]) -> str:
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    l1 = [r for r in rows if r["level"] == "1" and r["category"] != "conv"]
+    l2 = [r for r in rows if r["level"] == "2" and r["category"] == "gemm"]
+
+    def rate(group):
+        ok = sum(1 for r in group if r["status"] == "passed")
+        return f"{ok}/{len(group)}" + (f" ({100.0 * ok / len(group):.0f}%)" if group else "")
+
+    g_e = geomean([r["speedup_vs_eager"] for r in rows if r["status"] == "passed"])
+    g_c = geomean([r["speedup_vs_torch_compile"] for r in rows if r["status"] == "passed"])
+    beat = sum(1 for r in rows if isinstance(r["speedup_vs_torch_compile"], float) and r["speedup_vs_torch_compile"] > 1)
+    parts = [f"{len(rows)} problems: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())),
+             f"level-1 without convolutions passed {rate(l1)}", f"level-2 GEMM passed {rate(l2)}"]
+    if g_e is not None:
+        parts.append(f"geomean x eager {g_e:.3g}")
+    if g_c is not None:
+        parts.append(f"geomean x torch.compile {g_c:.3g} ({beat} above 1)")
+    if g_e is None and g_c is None:
+        parts.append("speed not measured on this device")
+    return "; ".join(parts)
+
+
+def markdown_table(rows: list[dict]) -> str:
+    """The per-problem table as Markdown (the README's coverage table)."""
+    head = ("level", "problem", "kind", "status", "schedule", "evals", "first pass", "x eager", "x compile", "detail")
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        detail = str(r.get("detail", "")).replace("|", "/")
+        detail = detail[:90] + ("…" if len(detail) > 90 else "")
+        cells = (r["level"], r["problem"], r["category"], r["status"], r["schedule"], r["evaluations"],
+                 r["first_pass"], _cell(r["speedup_vs_eager"]), _cell(r["speedup_vs_torch_compile"]), detail)
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    return "\n".join(lines)
+
+
+def read_csv(path: Path) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _cell(v) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def _write_csv(path: Path, rows: list[dict]) -> None:
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=CSV_FIELDS)
+        writer.writeheader()
+        writer.writerows({k: _cell(r.get(k, "-")) for k in CSV_FIELDS} for r in rows)
+    tmp.replace(path)
+
+
+def run_coverage(files: list[Path], *, budget: int, device: str, out: Path, trials: int = 2, seed: int = 0,
+                 timeout_s: float = 300.0, store_dir: Optional[Path] = None, quiet: bool = False) -> list[dict]:
+    import evaluation
+    from store import Store
+
+    device_kind = evaluation.resolve_device(device)
+    out.mkdir(parents=True, exist_ok=True)
+    home = store_dir or Path(tempfile.mkdtemp(prefix="store-", dir=out))
+    rows: list[dict] = []
+    with Store.open(home) as store:
+        for i, path in enumerate(files, 1):
+            row = run_one(store, path, budget=budget, device_kind=device_kind, trials=trials, seed=seed,
+                          timeout_s=timeout_s)
+            rows.append(row)
+            _write_csv(out / "coverage.csv", rows)
+            if not quiet:
+                print(f"[{i}/{len(files)}] level{row['level']} {row['problem']}: {row['status']} "
+                      f"({row['schedule']}, {row['evaluations']} evals, {row['seconds']:.0f}s) {row['detail'][:160]}",
+                      file=sys.stderr, flush=True)
+    return rows
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    for key, value in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("ANONYMIZED_TELEMETRY", "False"),
+                       ("LITELLM_LOCAL_MODEL_COST_MAP", "True"), ("KSCOUT_VECTORS", "off")):
+        os.environ.setdefault(key, value)
+    parser = argparse.ArgumentParser(prog="python -m agent.coverage", description=__doc__.split("\n")[0])
+    parser.add_argument("paths", nargs="+", help="problem files or folders of them (KernelBench format)")
+    parser.add_argument("--budget", type=int, default=4, help="search evaluations per problem")
+    parser.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    parser.add_argument("--out", type=Path, default=None, help="folder for coverage.csv and the fresh store")
+    parser.add_argument("--match", default=None, help="only files whose name matches this regex")
+    parser.add_argument("--trials", type=int, default=2, help="correctness trials per shape")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per evaluation")
+    parser.add_argument("--literal-sizes", action="store_true",
+                        help="run copies whose integer-expression and tuple size constants are plain ints, so a "
+                             "harness that shrinks only plain constants sizes them for the CPU (see literal_sizes)")
+    args = parser.parse_args(argv)
+    out = args.out or Path(tempfile.mkdtemp(prefix="kscout-coverage-"))
+    try:
+        files = problem_files(args.paths, args.match)
+        if args.literal_sizes:
+            files = [literal_sizes(f, out / "problems") for f in files]
+        rows = run_coverage(files, budget=args.budget, device=args.device, out=out, trials=args.trials,
+                            seed=args.seed, timeout_s=args.timeout)
+    except KscoutError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(summary_line(rows))
+    (out / "coverage.md").write_text(markdown_table(rows) + "\n\n" + summary_line(rows) + "\n")
+    print(f"csv: {out / 'coverage.csv'}, table: {out / 'coverage.md'}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""Graph capture for the lowering: symbolic sizes, module settings as symbols bound to the module's
+attributes, Python numbers as kernel arguments, and the reference's __init__ copied for ModelNew."""
+
+import textwrap
+
+import pytest
+import sympy
+
+from agent.proposers.lowering import LoweringError, lower_source
+from agent.proposers.lowering.capture import capture, init_source
+from lowering_cases import CASES, assert_close, run_lowered
+
+
+def test_equal_sizes_stay_distinct_symbols():
+    src = CASES["softmax_dim1"].replace("torch.randn(3, 41, 5)", "torch.randn(8, 8, 8)")
+    low = lower_source(src, "/tmp/square.py")
+    (x,) = [b for b in low.program.buffers.values() if b.kind == "input"]
+    assert len({s for s in x.shape}) == 3 and all(isinstance(s, sympy.Symbol) for s in x.shape)
+
+
+def test_pooling_settings_are_symbols_bound_to_the_module_attributes():
+    low = lower_source(CASES["maxpool1d"], "/tmp/maxpool1d.py")
+    bound = set(low.program.bindings.values())
+    for attr in ("kernel_size", "stride", "padding", "dilation"):
+        assert any(f"self.p.{attr}" in b for b in bound), (attr, bound)
+    assert low.program.checks == []  # nothing fixed by the trace
+
+
+def test_a_group_count_is_a_symbol_bound_to_num_groups():
+    low = lower_source(CASES["group_norm"], "/tmp/group_norm.py")
+    assert any(b == "int(self.gn.num_groups) + 2" for b in low.program.bindings.values())
+
+
+def test_a_python_number_input_is_passed_to_the_kernel_not_baked_in():
+    src, _, _, _ = run_lowered(CASES["pointwise_broadcast"], path="/tmp/pointwise_broadcast.py")
+    other = CASES["pointwise_broadcast"].replace(", 0.25]", ", -3.5]")
+    assert other != CASES["pointwise_broadcast"]
+    _, out, expected, flagged = run_lowered(other, candidate=src, path="/tmp/pointwise_broadcast.py")
+    assert flagged == {}
+    assert_close(out, expected)
+    assert "0.25" not in src
+
+
+def test_init_is_copied_with_its_defaults_and_without_its_docstring():
+    src = textwrap.dedent('''
+        import torch
+        import torch.nn as nn
+
+        class Model(nn.Module):
+            def __init__(self, n: int, eps: float = 1e-5, *, scale=2.0):
+                """Docs that the candidate need not repeat."""
+                super(Model, self).__init__()
+                self.fc = nn.Linear(n, n)
+                self.eps = eps * scale
+
+            def forward(self, x):
+                return self.fc(x) * self.eps
+        ''')
+    init = init_source(src)
+    assert init.signature == "self, n: int, eps: float=1e-05, *, scale=2.0"
+    assert "Docs" not in init.body and "super().__init__()" in init.body
+    assert "self.fc = nn.Linear(n, n)" in init.body
+
+
+def test_an_init_that_reads_a_module_level_size_is_refused_with_the_name():
+    src = CASES["softmax_dim1"].replace("super().__init__()", "super().__init__()\n        self.w = nn.Parameter(torch.randn(N))")
+    src = "N = 4\n" + src
+    with pytest.raises(LoweringError, match="module-level value 'N'"):
+        capture(src, "/tmp/global_n.py")
