@@ -31,7 +31,8 @@ DEVICE = "cpu" if INTERPRETED or not torch.cuda.is_available() else "cuda"
 WITH_PARAMETERS = ("layernorm", "rmsnorm", "add_rmsnorm", "matmul_epilogue")
 # Seeds whose rows loop over fixed blocks, and the attribute that caps the block.
 LOOPED = {"softmax": "max_block_n", "log_softmax": "max_block_n", "cross_entropy": "max_block_v",
-          "row_sum": "max_block_n"}
+          "row_sum": "max_block_n", "layernorm": "max_block_n", "rmsnorm": "max_block_n",
+          "add_rmsnorm": "max_block_n"}
 # What a seed's forward may ask of PyTorch: allocation, views, and the interpreter's own staging of
 # tensors through host memory (copy_, new_empty, set_). Anything else is PyTorch doing the work.
 NON_COMPUTE_OPS = {
