@@ -16,7 +16,6 @@ from __future__ import annotations
 import datetime as _dt
 import difflib
 import json
-import re
 from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
+from store.core import StoreCore
 from store import rows as R
 from store.db import Database, fetch_dicts, insert
 from store.embeddings import text_sha256
@@ -48,7 +49,7 @@ def _insert_chunks(con, chunks: list[Chunk]) -> None:
     con.execute(f"INSERT INTO chunks ({', '.join(cols)}) SELECT {select}", [[r[c] for r in rows] for c in cols])
 
 
-class DocumentsMixin:
+class DocumentsMixin(StoreCore):
     db: Database  # the mixins are parts of `Store`, which provides `_cache` and `_vector_write`
 
     def upsert_document(self, doc: Document, chunks: list[Chunk], *, force: bool = False,

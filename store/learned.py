@@ -12,6 +12,7 @@ import enum
 import json
 from typing import Optional, Sequence
 
+from store.core import StoreCore
 from store import rows as R
 from store.db import Database, fetch_dicts, insert, where_equal
 from store.errors import StoreError
@@ -37,7 +38,7 @@ def failure_metadata(p: FailurePattern) -> dict:
     return {"op_family": p.op_family, "arch": p.arch, "stage": p.stage, "error_class": p.error_class}
 
 
-class LearnedMixin:
+class LearnedMixin(StoreCore):
     db: Database  # the mixins are parts of `Store`, which provides `_cache` and `_vector_write`
 
     # -- outcomes ------------------------------------------------------------------------------------

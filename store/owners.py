@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from store.core import StoreCore
 from store import rows as R
 from store.db import Database, insert
 from store.errors import StoreError
@@ -25,7 +26,7 @@ class RunOwner(Row):
     claimed_at: str
 
 
-class OwnersMixin:
+class OwnersMixin(StoreCore):
     db: Database
 
     def claim_run(self, run_id: str, *, pid: int, host: str, process_mark: Optional[str]) -> RunOwner:

@@ -6,6 +6,7 @@ import uuid
 from typing import Optional
 
 from evaluation.records import EvalResult, Fingerprint, ProblemInfo, source_sha256
+from store.core import StoreCore
 from store import rows as R
 from store.db import Database, fetch_dicts, insert, where_equal
 from store.errors import StoreError
@@ -18,7 +19,7 @@ _CANDIDATE_SELECT = (
 )
 
 
-class RunsMixin:
+class RunsMixin(StoreCore):
     db: Database  # the mixins are parts of `Store`, which also provides `_resolve`
 
     # -- environments and problems -----------------------------------------------------------------

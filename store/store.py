@@ -66,12 +66,15 @@ class Store(RunsMixin, LearnedMixin, DocumentsMixin, OwnersMixin):
         with db.locked() as con:
             try:
                 migrate(con)
-                uid = con.execute("SELECT value FROM _meta WHERE key = 'store_uid'").fetchone()[0]
-                owed = con.execute("SELECT count(*) FROM vector_pending").fetchone()[0]
+                uid_row = con.execute("SELECT value FROM _meta WHERE key = 'store_uid'").fetchone()
+                owed_row = con.execute("SELECT count(*) FROM vector_pending").fetchone()
             except duckdb.Error as exc:
                 raise StoreError(
                     f"store {db.path} is unreadable or corrupt: {one_line(exc)}"
                 ) from exc
+            if uid_row is None or owed_row is None:
+                raise StoreError(f"store {db.path} has lost its identity row (_meta.store_uid): restore it from a backup")
+            uid, owed = uid_row[0], owed_row[0]
         url = chroma_url or os.environ.get("KSCOUT_CHROMA_URL") or None
         store = cls(home, db, uid, url, embedder or Embedder())
         if owed and store.vectors_enabled:

@@ -312,9 +312,9 @@ class _Wrap:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> None:
         if exc is None or isinstance(exc, StoreError) or not isinstance(exc, Exception):
-            return False
+            return  # nothing, or already ours: let it propagate as it is
         raise VectorIndexError(f"cannot {self.verb} Chroma at {self.where}: {one_line(exc)}") from exc
 
 

@@ -12,7 +12,6 @@ import json
 import os
 import threading
 import time
-from pathlib import Path
 
 import pytest
 

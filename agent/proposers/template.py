@@ -184,7 +184,7 @@ class TemplateProposer:
                 parent_id=parent_id, template_name=f"{template}.j2", template_sha256=template_sha256(template)))
             if len(proposals) >= request.n:
                 break
-        errors = ()
+        errors: tuple[ProposalError, ...] = ()
         if len(proposals) < request.n:
             errors = (ProposalError(kind="exhausted", message=(
                 f"{request.action.value}: {len(proposals)} of {request.n} new configuration(s) of the {template} "

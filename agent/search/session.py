@@ -19,7 +19,7 @@ import threading
 import time
 import uuid
 from contextlib import contextmanager
-from typing import Callable, Iterator, Literal, Optional
+from typing import TYPE_CHECKING, Callable, Iterator, Literal, Optional
 
 from agent import Frozen
 
@@ -31,6 +31,9 @@ from agent.search.stopping import Progress, StopReason, measured_speedup, should
 from evaluation.errors import KscoutError
 from evaluation.records import BASELINES, EvalResult, Fingerprint, ProblemInfo, source_sha256
 from store.records import CandidateRecord, RunRecord, RunStatus, StopRule, utc_now
+
+if TYPE_CHECKING:
+    from knowledge.context import KnowledgeContext
 
 SEED_PROPOSER = "seed"
 
@@ -147,10 +150,13 @@ class SessionConfig(_Frozen):
         return PolicyConfig(allow_repair=self.proposer == "llm", restart_after=restart_after)
 
 
+EventKind = Literal["started", "decision", "proposal_error", "duplicate", "evaluated", "remeasured", "finished"]
+
+
 class SessionEvent(_Frozen):
     """What the CLI's progress display shows; the session never prints."""
 
-    kind: Literal["started", "decision", "proposal_error", "duplicate", "evaluated", "remeasured", "finished"]
+    kind: EventKind
     run_id: str
     message: str
     evaluations: int
@@ -201,7 +207,7 @@ class Session:
         self.empty_steps = 0
         self.exhausted = False
         self._clock0 = time.monotonic()
-        self._context = None
+        self._context: Optional[KnowledgeContext] = None  # built on first use, once per process
 
     # -- state from the store --------------------------------------------------------------------
     def load(self) -> None:
@@ -268,7 +274,7 @@ class Session:
             proposer_exhausted=self.exhausted, empty_steps_in_a_row=self.empty_steps,
         )
 
-    def _emit(self, kind: str, message: str, **extra) -> None:
+    def _emit(self, kind: EventKind, message: str, **extra) -> None:
         self.on_event(SessionEvent(kind=kind, run_id=self.run.run_id, message=message,
                                    evaluations=self.paid_evaluations, budget=self.rule.max_evaluations,
                                    best_speedup=self.best_measured(), failures_by_kind=self.failures_by_kind(),
@@ -435,8 +441,9 @@ class Session:
             self.store.add_evaluation(self.run.run_id, cid, result, kind="remeasure")
             out[cid] = result
             speed = measured_speedup(result)
-            self._emit("remeasured", f"{cid[:12]}: {speed.ratio:.3g}x [{speed.ratio_low:.3g}, "
-                                     f"{speed.ratio_high:.3g}] vs eager over {rm.rounds} rounds", candidate_id=cid)
+            said = (f"{speed.ratio:.3g}x [{speed.ratio_low:.3g}, {speed.ratio_high:.3g}] vs eager"
+                    if speed is not None else "no speedup vs eager")
+            self._emit("remeasured", f"{cid[:12]}: {said} over {rm.rounds} rounds", candidate_id=cid)
         return out
 
     def choose_best(self) -> Optional[str]:

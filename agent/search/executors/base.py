@@ -19,7 +19,7 @@ import datetime as _dt
 import threading
 from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, wait
 from contextlib import contextmanager
-from typing import Iterator, Optional, Protocol
+from typing import Any, Iterator, Optional, Protocol
 
 from evaluation.errors import KscoutError
 from evaluation.records import (
@@ -178,7 +178,9 @@ class BatchExecutor:
                 pending.discard(f)
                 yield f
 
-    def _outcome(self, future: Future) -> "EvalResult | BaseException":
+    def _outcome(self, future: Future) -> Any:
+        # EvalResult for a check, list[EvalResult] for a timing batch, the environment's Fingerprint,
+        # or the exception the future raised
         """The future's result, or the exception it raised (judged by the caller); waits for it."""
         for _ in self._completed([future]):
             pass

@@ -282,7 +282,7 @@ class RayExecutor(BatchExecutor):
         if not self._lost(outcome):
             raise outcome
         # The batch's timing was lost on every retry: one task per candidate, so a loss is its own.
-        out = []
+        out: list[EvalResult] = []
         for source, checked in items:
             single = self._outcome(self._submit("time", 1.0, _task_time, [(source, checked)], problem, self.device,
                                                 self.timeout_s, baselines, self.sandbox_kw))
