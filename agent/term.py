@@ -37,7 +37,7 @@ def ellipsize_middle(text: str, width: int) -> str:
         return text
     keep = width - 1
     head = keep // 2
-    return text[:head] + "…" + text[len(text) - (keep - head):]
+    return text[:head] + "…" + text[len(text) - (keep - head) :]
 
 
 def unique_prefixes(ids: Iterable[str], minimum: int = 8) -> dict[str, str]:
@@ -67,8 +67,15 @@ def table(*columns: str, title: Optional[str] = None, **kw):
     from rich import box
     from rich.table import Table
 
-    t = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True,
-              title_justify="left", **kw)
+    t = Table(
+        title=title,
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        collapse_padding=True,
+        title_justify="left",
+        **kw,
+    )
     for name in columns:  # a word too long for its column is cut with "…", never folded mid-word
         t.add_column(name, overflow="ellipsis")
     return t

@@ -31,7 +31,8 @@ def triton_functions(source: str) -> list[str]:
     out = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.FunctionDef) and any(
-                any(w in ast.unparse(d) for w in ("jit", "autotune", "heuristics")) for d in node.decorator_list):
+            any(w in ast.unparse(d) for w in ("jit", "autotune", "heuristics")) for d in node.decorator_list
+        ):
             out.append(node.name)
     return out
 
@@ -50,8 +51,9 @@ def _own(name: str, triton: list[str]) -> bool:
     return any(name == t or name.startswith(t + "_") or name.startswith(t + "__") for t in triton)
 
 
-def classify(kernels: list[ProfiledKernel], triton: list[str], allowed_torch_ops: list[str],
-             epilogue: list[str]) -> Accounted:
+def classify(
+    kernels: list[ProfiledKernel], triton: list[str], allowed_torch_ops: list[str], epilogue: list[str]
+) -> Accounted:
     allowed = {aten_name(op) for op in allowed_torch_ops}
     plumbing = set(ALLOWED_OPS) | ({op for op in EPILOGUE_OPS if op.rstrip("_") in epilogue} if epilogue else set())
     out = Accounted()

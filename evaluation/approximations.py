@@ -72,8 +72,10 @@ def label(result: EvalResult, candidate_source: str, problem: ProblemInfo) -> Ev
         if failing and all(r.max_abs_error is not None and r.max_abs_error <= bound + r.atol for r in failing):
             worst = max(r.max_abs_error for r in failing)
             update["error_class"] = "Approximation"
-            update["message"] = (f"the candidate computes {found[0].name}: its largest error {worst:.3g} is within "
-                                 f"that approximation's own deviation ({bound:.2g}) plus the tolerance, but the "
-                                 f"{problem.tolerance_policy} policy asks for the exact function; "
-                                 f"--tolerance kernelbench (1e-2) admits it. {result.message or ''}").strip()
+            update["message"] = (
+                f"the candidate computes {found[0].name}: its largest error {worst:.3g} is within "
+                f"that approximation's own deviation ({bound:.2g}) plus the tolerance, but the "
+                f"{problem.tolerance_policy} policy asks for the exact function; "
+                f"--tolerance kernelbench (1e-2) admits it. {result.message or ''}"
+            ).strip()
     return result.model_copy(update=update)

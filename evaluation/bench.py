@@ -17,32 +17,87 @@ from pathlib import Path
 
 from evaluation.problem import list_problems
 
-CSV_FIELDS = ("kernel", "provider", "metric", "unit", "shape", "dtype", "p20", "p50", "p80", "gpu",
-              "timestamp", "torch", "triton", "kernelscout", "status")
+CSV_FIELDS = (
+    "kernel",
+    "provider",
+    "metric",
+    "unit",
+    "shape",
+    "dtype",
+    "p20",
+    "p50",
+    "p80",
+    "gpu",
+    "timestamp",
+    "torch",
+    "triton",
+    "kernelscout",
+    "status",
+)
 
 
 def _rows(result, run: int, stamp: str) -> list[dict]:
     fp = result.fingerprint
-    common = dict(kernel=f"{result.problem_name}_seed", gpu=fp.device_name, timestamp=stamp, torch=fp.torch_version,
-                  triton=fp.triton_version, kernelscout=fp.kernelscout_version, status=result.status.value)
+    common = dict(
+        kernel=f"{result.problem_name}_seed",
+        gpu=fp.device_name,
+        timestamp=stamp,
+        torch=fp.torch_version,
+        triton=fp.triton_version,
+        kernelscout=fp.kernelscout_version,
+        status=result.status.value,
+    )
     rows = []
     if not result.timing:
         for r in result.shape_results:
             shape, dtype = r.case_id.split("|")
-            rows.append(dict(common, provider="triton_seed", metric="correct", unit="bool", shape=shape, dtype=dtype,
-                             p20="", p50=int(r.passed), p80=""))
+            rows.append(
+                dict(
+                    common,
+                    provider="triton_seed",
+                    metric="correct",
+                    unit="bool",
+                    shape=shape,
+                    dtype=dtype,
+                    p20="",
+                    p50=int(r.passed),
+                    p80="",
+                )
+            )
         return rows
     for t in result.timing:
         shape = t.case_id.split("|")[0]
         stats = [("triton_seed", t.candidate)] + [(b.name, b.timing) for b in t.baselines if b.timing]
         for provider, s in stats:
-            rows.append(dict(common, provider=provider, metric=f"latency_run{run}", unit="ms", shape=shape,
-                             dtype=t.dtype, p20=s.latency_ms_p20, p50=s.latency_ms_p50, p80=s.latency_ms_p80))
+            rows.append(
+                dict(
+                    common,
+                    provider=provider,
+                    metric=f"latency_run{run}",
+                    unit="ms",
+                    shape=shape,
+                    dtype=t.dtype,
+                    p20=s.latency_ms_p20,
+                    p50=s.latency_ms_p50,
+                    p80=s.latency_ms_p80,
+                )
+            )
         if t.bytes_moved:
             c = t.candidate
             gbps = [t.bytes_moved / (ms * 1e-3) / 1e9 for ms in (c.latency_ms_p80, c.latency_ms_p50, c.latency_ms_p20)]
-            rows.append(dict(common, provider="triton_seed", metric=f"bandwidth_run{run}", unit="GB/s", shape=shape,
-                             dtype=t.dtype, p20=gbps[0], p50=gbps[1], p80=gbps[2]))
+            rows.append(
+                dict(
+                    common,
+                    provider="triton_seed",
+                    metric=f"bandwidth_run{run}",
+                    unit="GB/s",
+                    shape=shape,
+                    dtype=t.dtype,
+                    p20=gbps[0],
+                    p50=gbps[1],
+                    p80=gbps[2],
+                )
+            )
     return rows
 
 
@@ -74,8 +129,18 @@ def _table(pairs) -> None:
     from rich.table import Table
 
     table = Table(title="seed kernels")
-    for col in ("problem", "shape", "dtype", "p50 ms", "p20-p80 ms", "run2-run1 p50", "GB/s", "% ceiling",
-                "x eager", "x compile"):
+    for col in (
+        "problem",
+        "shape",
+        "dtype",
+        "p50 ms",
+        "p20-p80 ms",
+        "run2-run1 p50",
+        "GB/s",
+        "% ceiling",
+        "x eager",
+        "x compile",
+    ):
         table.add_column(col)
     notes = set()
     for first, second in pairs:
@@ -83,8 +148,9 @@ def _table(pairs) -> None:
             notes.add(first.timing_note or f"{first.problem_name}: {first.status.value}")
             for r in first.shape_results:
                 shape, dtype = r.case_id.split("|")
-                table.add_row(first.problem_name, shape, dtype, "-", "-", "-", "-", "-", "-",
-                              "passed" if r.passed else "FAILED")
+                table.add_row(
+                    first.problem_name, shape, dtype, "-", "-", "-", "-", "-", "-", "passed" if r.passed else "FAILED"
+                )
             if not first.passed:
                 notes.add(f"{first.problem_name}: {first.status.value}: {first.message}")
             continue
@@ -95,10 +161,18 @@ def _table(pairs) -> None:
             delta = f"{100 * (other.candidate.latency_ms_p50 / c.latency_ms_p50 - 1):+.1f}%" if other else "-"
             sp = {s.baseline: s for s in t.speedups}
             cell = lambda b: f"{sp[b].ratio:.2f} [{sp[b].ratio_low:.2f}, {sp[b].ratio_high:.2f}]" if b in sp else "-"  # noqa: E731
-            table.add_row(first.problem_name, t.case_id.split("|")[0], t.dtype, f"{c.latency_ms_p50:.4f}",
-                          f"{c.latency_ms_p20:.4f}-{c.latency_ms_p80:.4f}", delta,
-                          f"{t.achieved_gbps:.0f}" if t.achieved_gbps else "-",
-                          f"{t.pct_of_ceiling:.0f}" if t.pct_of_ceiling else "-", cell("eager"), cell("torch_compile"))
+            table.add_row(
+                first.problem_name,
+                t.case_id.split("|")[0],
+                t.dtype,
+                f"{c.latency_ms_p50:.4f}",
+                f"{c.latency_ms_p20:.4f}-{c.latency_ms_p80:.4f}",
+                delta,
+                f"{t.achieved_gbps:.0f}" if t.achieved_gbps else "-",
+                f"{t.pct_of_ceiling:.0f}" if t.pct_of_ceiling else "-",
+                cell("eager"),
+                cell("torch_compile"),
+            )
     console.print(table)
     for note in sorted(notes):
         console.print(f"note: {note}", markup=False, highlight=False)
@@ -119,8 +193,11 @@ def _logged(info, run, call):
     result = call()
     speed = result.speedup("eager")
     speed_text = "" if speed is None else f", x{speed:.2f} vs eager (geomean)"
-    print(f"[bench] {info.name} run {run}: {result.status.value} in {time.perf_counter() - start:.1f} s{speed_text}",
-          file=sys.stderr, flush=True)
+    print(
+        f"[bench] {info.name} run {run}: {result.status.value} in {time.perf_counter() - start:.1f} s{speed_text}",
+        file=sys.stderr,
+        flush=True,
+    )
     return result
 
 
@@ -150,8 +227,9 @@ def main(argv: list[str] | None = None) -> int:
         first = _logged(info, 1, lambda: evaluate(source, info, device=dev, trials=args.trials, timeout_s=600))
         runs = [first, first]
         if dev != "cpu" and first.passed:  # a second timing process for the same kernel: the run-to-run check
-            runs[1] = _logged(info, 2, lambda: time_many([(source, first)], info, device=dev, timeout_s=600,
-                                                        baselines=("eager",))[0])
+            runs[1] = _logged(
+                info, 2, lambda: time_many([(source, first)], info, device=dev, timeout_s=600, baselines=("eager",))[0]
+            )
         pairs.append(tuple(runs))
         rows += _rows(runs[0], 1, stamp)
         if runs[1] is not runs[0]:

@@ -35,7 +35,11 @@ def _candidate_tensors(model) -> dict[str, tuple[Any, str]]:
         out[name] = (value, "state")
     for prefix, module in model.named_modules():
         for attr, value in vars(module).items():
-            if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter) and not attr.startswith("_"):
+            if (
+                isinstance(value, torch.Tensor)
+                and not isinstance(value, torch.nn.Parameter)
+                and not attr.startswith("_")
+            ):
                 name = f"{prefix}.{attr}" if prefix else attr
                 if name not in out and value.is_floating_point():
                     out[name] = (value, "attribute")
@@ -52,19 +56,25 @@ def bind(model, reference_state: dict[str, Any]) -> WeightBinding:
 
     ref = {k: v for k, v in reference_state.items() if isinstance(v, torch.Tensor) and v.is_floating_point()}
     if not isinstance(model, torch.nn.Module):
-        return WeightBinding(loaded=not ref, method="none" if not ref else "partial",
-                             unmatched_reference=tuple(ref),
-                             message="the candidate is not an nn.Module: no weights could be given to it"
-                             if ref else "no weights on either side")
+        return WeightBinding(
+            loaded=not ref,
+            method="none" if not ref else "partial",
+            unmatched_reference=tuple(ref),
+            message="the candidate is not an nn.Module: no weights could be given to it"
+            if ref
+            else "no weights on either side",
+        )
     own = model.state_dict()
     if own.keys() == reference_state.keys() and all(own[k].shape == reference_state[k].shape for k in own):
         model.load_state_dict(reference_state)
         if not own:
             return WeightBinding(loaded=True, method="none", message="no weights on either side")
-        return WeightBinding(loaded=True, method="exact",
-                             matches=tuple(WeightMatch(candidate=k, reference=k, how="name", shape=tuple(own[k].shape))
-                                           for k in own),
-                             message=f"reference weights loaded by name ({len(own)} tensors)")
+        return WeightBinding(
+            loaded=True,
+            method="exact",
+            matches=tuple(WeightMatch(candidate=k, reference=k, how="name", shape=tuple(own[k].shape)) for k in own),
+            message=f"reference weights loaded by name ({len(own)} tensors)",
+        )
     cand = _candidate_tensors(model)
     cand_left = [n for n in cand if cand[n][0].is_floating_point()]
     ref_left = list(ref)
@@ -122,22 +132,37 @@ def bind(model, reference_state: dict[str, Any]) -> WeightBinding:
     if loaded:
         method = "matched" if guesses else "exact"
         how = ", ".join(f"{m.candidate} <- {m.reference} ({m.how})" for m in guesses)
-        message = (f"reference weights mapped onto differently named parameters: {how}" if guesses
-                   else f"reference weights loaded by name ({len(matches)} tensors)")
+        message = (
+            f"reference weights mapped onto differently named parameters: {how}"
+            if guesses
+            else f"reference weights loaded by name ({len(matches)} tensors)"
+        )
     else:
         method = "partial" if matches else "none"
         parts = []
         if missing_ref:
-            parts.append("reference weight(s) " + ", ".join(f"{r} {list(ref[r].shape)}" for r in missing_ref[:6])
-                         + " have no counterpart in the candidate")
+            parts.append(
+                "reference weight(s) "
+                + ", ".join(f"{r} {list(ref[r].shape)}" for r in missing_ref[:6])
+                + " have no counterpart in the candidate"
+            )
         if params_left:
-            parts.append("the candidate's " + ", ".join(f"{c} {list(cand[c][0].shape)}" for c in params_left[:6])
-                         + " keep their own random initialisation")
+            parts.append(
+                "the candidate's "
+                + ", ".join(f"{c} {list(cand[c][0].shape)}" for c in params_left[:6])
+                + " keep their own random initialisation"
+            )
         if matches:
             parts.append("matched: " + ", ".join(f"{m.candidate} <- {m.reference} ({m.how})" for m in matches[:6]))
         message = "could not map every reference weight onto the candidate: " + "; ".join(parts)
-    return WeightBinding(loaded=loaded, method=method, matches=tuple(matches), unmatched_reference=tuple(ref_left),
-                         unmatched_candidate=tuple(cand_left), message=message)
+    return WeightBinding(
+        loaded=loaded,
+        method=method,
+        matches=tuple(matches),
+        unmatched_reference=tuple(ref_left),
+        unmatched_candidate=tuple(cand_left),
+        message=message,
+    )
 
 
 def _is_stat_buffer(name: str) -> bool:

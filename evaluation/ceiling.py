@@ -61,7 +61,16 @@ def copy_ceiling_gbps(device_name: str, driver: str | None) -> float:
     gbps = measure_copy_gbps()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"device_name": device_name, "driver": driver, "copy_gbps": gbps,
-                               "copy_bytes": COPY_BYTES, "method": "cuda_events, eager copy_, median"}))
+    tmp.write_text(
+        json.dumps(
+            {
+                "device_name": device_name,
+                "driver": driver,
+                "copy_gbps": gbps,
+                "copy_bytes": COPY_BYTES,
+                "method": "cuda_events, eager copy_, median",
+            }
+        )
+    )
     tmp.replace(path)
     return gbps

@@ -58,8 +58,9 @@ def _table(*columns: str, title: str):
     from rich import box
     from rich.table import Table
 
-    table = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True,
-                  title_justify="left")
+    table = Table(
+        title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True, title_justify="left"
+    )
     for col in columns:  # a cell too long for its column is cut with "…", never folded mid-word
         table.add_column(col, overflow="ellipsis")
     return table
@@ -82,8 +83,10 @@ def render_result(result) -> None:
                 _fmt(c.latency_ms_p50, ".4g") if c else "",
                 _fmt(100.0 * (c.latency_ms_p80 - c.latency_ms_p20) / c.latency_ms_p50, ".1f") if c else "",
                 _fmt(t.achieved_gbps, ".0f") if t else "",
-                *(f"{ratio[b].ratio:.2f}{'' if ratio[b].significant else '?'}" if b in ratio else "-"
-                  for b in ("eager", "torch_compile")),
+                *(
+                    f"{ratio[b].ratio:.2f}{'' if ratio[b].significant else '?'}" if b in ratio else "-"
+                    for b in ("eager", "torch_compile")
+                ),
             ]
         table.add_row(*row)
     console.print(table)
@@ -101,8 +104,12 @@ def render_result(result) -> None:
         if not r.passed and r.message:
             console.print(f"  {r.case_id}: {r.message}", markup=False, highlight=False, soft_wrap=True)
     if timed:
-        console.print("spread: (p80 - p20) / p50; speedups marked ? are not significant: their p20-p80 "
-                      "interval includes 1.0", markup=False, highlight=False, soft_wrap=True)
+        console.print(
+            "spread: (p80 - p20) / p50; speedups marked ? are not significant: their p20-p80 interval includes 1.0",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
     if result.timing_note:
         console.print(f"timing: {result.timing_note}", markup=False, highlight=False, soft_wrap=True)
     judged = f"judged under the {result.tolerance_policy} tolerance policy"
@@ -125,14 +132,18 @@ def register(app: typer.Typer) -> None:
         timeout: float = typer.Option(120.0, "--timeout", help="wall-clock limit per worker, seconds"),
         trials: int = typer.Option(3, "--trials", min=1, help="fresh random inputs per case"),
         time_cases: Optional[List[str]] = typer.Option(
-            None, "--time-case", help="time only this case id, e.g. 'M=4096,N=4096|bfloat16' (repeatable)"),
+            None, "--time-case", help="time only this case id, e.g. 'M=4096,N=4096|bfloat16' (repeatable)"
+        ),
         dtypes: Optional[List[str]] = typer.Option(
-            None, "--dtype", help="judge only this declared dtype, e.g. bfloat16 (repeatable; default all)"),
-        tolerance: str = typer.Option("strict", "--tolerance",
-                                      help="strict (default: 1e-4 in float32) | kernelbench (atol = rtol = 1e-2)"),
+            None, "--dtype", help="judge only this declared dtype, e.g. bfloat16 (repeatable; default all)"
+        ),
+        tolerance: str = typer.Option(
+            "strict", "--tolerance", help="strict (default: 1e-4 in float32) | kernelbench (atol = rtol = 1e-2)"
+        ),
         as_json: bool = typer.Option(False, "--json", help="print one JSON object (one line)"),
-        sandbox: str = typer.Option("auto", "--sandbox",
-                                    help="auto | required | off: run the candidate in an OS sandbox (bubblewrap)"),
+        sandbox: str = typer.Option(
+            "auto", "--sandbox", help="auto | required | off: run the candidate in an OS sandbox (bubblewrap)"
+        ),
     ) -> None:
         """Evaluate a candidate kernel: static check, compile, correctness on every case, timing.
 
@@ -168,11 +179,15 @@ def register(app: typer.Typer) -> None:
             raise ProblemError(f"--device must be cpu or cuda for a shape set, not {device!r}")
         problems = list_problems(device)
         if as_json:
-            typer.echo(json.dumps({"device": device, "problems": [p.model_dump(mode="json") for p in problems]},
-                                  separators=(",", ":")))
+            typer.echo(
+                json.dumps(
+                    {"device": device, "problems": [p.model_dump(mode="json") for p in problems]}, separators=(",", ":")
+                )
+            )
             return
         table = _table("name", "family", "dtypes", "cases", "seed", title=f"built-in problems ({device} shape sets)")
         for p in problems:
-            table.add_row(p.name, p.op_family, ", ".join(p.dtypes), str(len(p.shape_cases)),
-                          "yes" if p.seed_path else "no")
+            table.add_row(
+                p.name, p.op_family, ", ".join(p.dtypes), str(len(p.shape_cases)), "yes" if p.seed_path else "no"
+            )
         make_console().print(table)

@@ -53,8 +53,10 @@ def compare(actual: dict, expected: Any, case_dtype: str, tol: Tolerance) -> Com
     if actual.get("kind") != exp_kind or len(actual.get("items", ())) != len(exp_items):
         got = f"{actual.get('kind')} of {len(actual.get('items', ()))} ({', '.join(actual.get('types', ()))})"
         return Comparison(False, "StructureMismatch", f"output is a {got}, expected a {exp_kind} of {len(exp_items)}")
-    parts = [_compare_one(a, e, case_dtype, tol, k, multi=len(exp_items) > 1)
-             for k, (a, e) in enumerate(zip(actual["items"], exp_items))]
+    parts = [
+        _compare_one(a, e, case_dtype, tol, k, multi=len(exp_items) > 1)
+        for k, (a, e) in enumerate(zip(actual["items"], exp_items))
+    ]
     failure = next((p for p in parts if not p.passed), None)
     lead = failure or (parts[0] if parts else None)
     errors = [p for p in parts if p.max_abs_error is not None]
@@ -108,19 +110,25 @@ def _verdict(ok, a, exp, tol, k, where, numel, meta, *, exact, diff=None) -> Com
     if count:
         flat = int(bad.flatten().nonzero()[0].item())
         index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), exp.shape)) if exp.dim() else ()
-        first = Mismatch(index=index, expected=float(exp.flatten()[flat]), actual=float(a.flatten()[flat]), output_index=k)
+        first = Mismatch(
+            index=index, expected=float(exp.flatten()[flat]), actual=float(a.flatten()[flat]), output_index=k
+        )
     max_abs = max_rel = None
     if diff is not None and numel:
         finite_ref = torch.isfinite(exp)
         d = torch.where(finite_ref, diff, torch.zeros_like(diff)).nan_to_num(nan=float("inf"))
         max_abs = float(d.max().item())
         max_rel = float((d / (exp.abs().nan_to_num(posinf=0.0) + tol.atol)).max().item())
-    base = dict(max_abs_error=max_abs, max_rel_error=max_rel, mismatch_count=count, numel=numel, first_mismatch=first, **meta)
+    base = dict(
+        max_abs_error=max_abs, max_rel_error=max_rel, mismatch_count=count, numel=numel, first_mismatch=first, **meta
+    )
     at = f", first at {first.index}: expected {_fmt(first.expected)}, got {_fmt(first.actual)}" if first else ""
     if count and not exact:
         nonfinite = int((bad & ~torch.isfinite(a) & torch.isfinite(exp)).sum().item())
         if nonfinite:
-            return Comparison(False, "NonFinite", f"{where}{nonfinite} NaN/Inf values where the reference is finite{at}", **base)
+            return Comparison(
+                False, "NonFinite", f"{where}{nonfinite} NaN/Inf values where the reference is finite{at}", **base
+            )
     if count:
         rule = "exactly equal" if exact else f"within {tol.atol:g} + {tol.rtol:g}*|ref|"
         return Comparison(False, "ValueMismatch", f"{where}{count}/{numel} elements not {rule}{at}", **base)
@@ -130,7 +138,9 @@ def _verdict(ok, a, exp, tol, k, where, numel, meta, *, exact, diff=None) -> Com
         err_norm = float(torch.linalg.vector_norm((a - exp)[finite]).item())
         if ref_norm > 0 and not err_norm <= tol.rtol * ref_norm:
             return Comparison(
-                False, "NormError",
-                f"{where}relative norm error {_fmt(err_norm / ref_norm)} > rtol {tol.rtol:g}", **base,
+                False,
+                "NormError",
+                f"{where}relative norm error {_fmt(err_norm / ref_norm)} > rtol {tol.rtol:g}",
+                **base,
             )
     return Comparison(True, **base)

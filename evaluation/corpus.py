@@ -80,24 +80,48 @@ def outcome(entry: Entry, status: str, error_class: str | None, tolerance: str) 
     return "false refuse" if correct else "refuse"
 
 
-def judge(entry: Entry, corpus: Path = DEFAULT_CORPUS, *, tolerance: str = "strict", trials: int = 2,
-          timeout_s: float = 300.0, seed: int = 0) -> Row:
+def judge(
+    entry: Entry,
+    corpus: Path = DEFAULT_CORPUS,
+    *,
+    tolerance: str = "strict",
+    trials: int = 2,
+    timeout_s: float = 300.0,
+    seed: int = 0,
+) -> Row:
     from evaluation import evaluate, load_problem
     from evaluation.approximations import annotate
 
     spec = problem_spec(entry, corpus)
     if spec is None:
-        return Row(entry.file, entry.problem, entry.truly_correct, "skipped", None, "problem file absent", 0.0,
-                   "skipped", entry.depends_on, None)
+        return Row(
+            entry.file,
+            entry.problem,
+            entry.truly_correct,
+            "skipped",
+            None,
+            "problem file absent",
+            0.0,
+            "skipped",
+            entry.depends_on,
+            None,
+        )
     source = (corpus / entry.file).read_text()
     t0 = time.monotonic()
     info = load_problem(spec, "cpu", tolerance=tolerance)
-    result = annotate(evaluate(source, info, device="cpu", trials=trials, timeout_s=timeout_s, seed=seed),
-                      source, info)
-    return Row(entry.file, entry.problem, entry.truly_correct, result.status.value, result.error_class,
-               (result.message or "")[:200], time.monotonic() - t0,
-               outcome(entry, result.status.value, result.error_class, tolerance), entry.depends_on,
-               result.emulated_device)
+    result = annotate(evaluate(source, info, device="cpu", trials=trials, timeout_s=timeout_s, seed=seed), source, info)
+    return Row(
+        entry.file,
+        entry.problem,
+        entry.truly_correct,
+        result.status.value,
+        result.error_class,
+        (result.message or "")[:200],
+        time.monotonic() - t0,
+        outcome(entry, result.status.value, result.error_class, tolerance),
+        entry.depends_on,
+        result.emulated_device,
+    )
 
 
 def summarize(rows: list[Row]) -> dict:
@@ -124,8 +148,10 @@ def render(rows: list[Row], summary: dict, tolerance: str) -> str:
     for r in rows:
         verdict = r.status + (f" ({r.error_class})" if r.error_class else "")
         mark = " *" if r.depends_on else ""
-        lines.append(f"{Path(r.file).name[:44]:44} {'right' if r.truly_correct else 'wrong':6} {verdict[:30]:30} "
-                     f"{r.outcome + mark:14} {r.seconds:6.1f}")
+        lines.append(
+            f"{Path(r.file).name[:44]:44} {'right' if r.truly_correct else 'wrong':6} {verdict[:30]:30} "
+            f"{r.outcome + mark:14} {r.seconds:6.1f}"
+        )
     s = summary
     lines += [
         "",
@@ -161,14 +187,18 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for entry in entries:
         row = judge(entry, args.corpus, tolerance=args.tolerance, trials=args.trials, timeout_s=args.timeout)
-        print(f"{Path(row.file).name}: {row.status} {row.error_class or ''} {row.outcome} ({row.seconds:.1f} s)",
-              file=sys.stderr, flush=True)
+        print(
+            f"{Path(row.file).name}: {row.status} {row.error_class or ''} {row.outcome} ({row.seconds:.1f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
         rows.append(row)
     summary = summarize(rows)
     print(render(rows, summary, args.tolerance))
     if args.json:
-        args.json.write_text(json.dumps({"tolerance": args.tolerance, "summary": summary,
-                                         "rows": [asdict(r) for r in rows]}, indent=1))
+        args.json.write_text(
+            json.dumps({"tolerance": args.tolerance, "summary": summary, "rows": [asdict(r) for r in rows]}, indent=1)
+        )
     return 0
 
 

@@ -32,7 +32,6 @@ from evaluation.inputs import RNG_LOCK, STRESS_LADDERS, describe, trial_inputs
 from evaluation.problem import exec_problem_source, init_inputs, read_source
 from evaluation.records import KernelInfo, ProblemInfo, ShapeCase, ShapeResult, Stage, Status
 
-
 # Float64 references and comparisons of LLM-sized outputs take GBs of device memory each; a parent
 # judging a batch of candidates in threads runs at most this many at once (it ran out of an H200's
 # 140 GiB with eight at once next to eight workers).
@@ -56,8 +55,10 @@ def problem_text(info: ProblemInfo) -> str:
     """The reference source, by value; read from its path only for a record made without it."""
     text = info.source or read_source(Path(info.source_path))
     if hashlib.sha256(text.encode()).hexdigest() != info.source_sha256:
-        raise ProblemError(f"the source of problem {info.name} does not match its recorded sha256 "
-                           f"(the file changed since it was loaded: load the problem again)")
+        raise ProblemError(
+            f"the source of problem {info.name} does not match its recorded sha256 "
+            f"(the file changed since it was loaded: load the problem again)"
+        )
     return text
 
 
@@ -102,7 +103,8 @@ class References:
             self._models64[k] = rounded.to(dtype=torch.float64, device=device).eval()
         wide = [
             x.to(device=device, dtype=torch.float64 if x.is_floating_point() else x.dtype)
-            if isinstance(x, torch.Tensor) else x
+            if isinstance(x, torch.Tensor)
+            else x
             for x in inputs
         ]
         with torch.no_grad():
@@ -113,8 +115,9 @@ class References:
         device = device or self.device
         k = ("native", self.key(case.params), case.dtype, device)
         if k not in self._models64:
-            self._models64[k] = copy.deepcopy(self.model(case.params)).to(
-                dtype=getattr(torch, case.dtype), device=device).eval()
+            self._models64[k] = (
+                copy.deepcopy(self.model(case.params)).to(dtype=getattr(torch, case.dtype), device=device).eval()
+            )
         with torch.no_grad():
             return self._models64[k](*[x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs])
 
@@ -123,8 +126,10 @@ class References:
         reference is finite there): a stress trial never asks a kernel for more than PyTorch has."""
         module = self.module(case.params)
         plain = trial_inputs(module, case.dtype, trial.model_copy(update=dict(scale=1.0, shift=0.0)), self.device)
-        if not any(isinstance(x, torch.Tensor) and x.is_floating_point() and bool((x < 0).any()) and bool((x > 0).any())
-                   for x in plain):
+        if not any(
+            isinstance(x, torch.Tensor) and x.is_floating_point() and bool((x < 0).any()) and bool((x > 0).any())
+            for x in plain
+        ):
             return False  # nothing signed to stress: the trial would repeat the plain one
         inputs = trial_inputs(module, case.dtype, trial, self.device)
         try:
@@ -142,7 +147,11 @@ class References:
         return bool(getattr(self.module(params), "LAYOUT_FREE", False))
 
     def allowed_torch_ops(self) -> list[str]:
-        ops = getattr(self.module(self.info.shape_cases[0].params), "ALLOWED_TORCH_OPS", ()) if self.info.shape_cases else ()
+        ops = (
+            getattr(self.module(self.info.shape_cases[0].params), "ALLOWED_TORCH_OPS", ())
+            if self.info.shape_cases
+            else ()
+        )
         return [str(op) for op in ops]
 
 
@@ -157,8 +166,10 @@ def _layout(strides: list, expected: Any) -> str | None:
         have = [s for s, n in zip(got, exp.shape) if n > 1]
         if want != have:
             where = f"output {k}: " if len(exp_items) > 1 else ""
-            return (f"{where}strides {tuple(got)}, the reference's are {tuple(exp.stride())} "
-                    f"(the problem does not declare LAYOUT_FREE = True)")
+            return (
+                f"{where}strides {tuple(got)}, the reference's are {tuple(exp.stride())} "
+                f"(the problem does not declare LAYOUT_FREE = True)"
+            )
     return None
 
 
@@ -175,16 +186,26 @@ class Judge:
             return Comparison(False, "ProtocolError", f"outputs could not be read: {type(exc).__name__}")
         tol = self.refs.info.tolerances[case.dtype]
         if trial.stress:
-            tol = tol.model_copy(update=dict(atol=tol.atol * STRESS_TOLERANCE_FACTOR,
-                                             rtol=tol.rtol * STRESS_TOLERANCE_FACTOR))
+            tol = tol.model_copy(
+                update=dict(atol=tol.atol * STRESS_TOLERANCE_FACTOR, rtol=tol.rtol * STRESS_TOLERANCE_FACTOR)
+            )
         with JUDGE_SLOTS:  # drawing the inputs again takes device memory too
             verdict = self._compare(case, trial, payload, strides, tol)
-            if not verdict.passed and trial.stress and verdict.kind != "LayoutMismatch" \
-                    and not self.refs.torch_handles(case, trial):
+            if (
+                not verdict.passed
+                and trial.stress
+                and verdict.kind != "LayoutMismatch"
+                and not self.refs.torch_handles(case, trial)
+            ):
                 # PyTorch fails these very inputs too (planned on other draws): not the kernel's fault
-                verdict = Comparison(True, max_abs_error=verdict.max_abs_error, max_rel_error=verdict.max_rel_error,
-                                     numel=verdict.numel, output_shape=verdict.output_shape,
-                                     output_dtype=verdict.output_dtype)
+                verdict = Comparison(
+                    True,
+                    max_abs_error=verdict.max_abs_error,
+                    max_rel_error=verdict.max_rel_error,
+                    numel=verdict.numel,
+                    output_shape=verdict.output_shape,
+                    output_dtype=verdict.output_dtype,
+                )
             return verdict
 
     def _compare(self, case: ShapeCase, trial: protocol.Trial, outputs: Any, strides: list, tol) -> Comparison:
@@ -204,9 +225,16 @@ class Judge:
             if verdict.passed and not self.refs.layout_free(case.params):
                 why = _layout(strides, expected)
                 if why:
-                    verdict = Comparison(False, "LayoutMismatch", why, max_abs_error=verdict.max_abs_error,
-                                         max_rel_error=verdict.max_rel_error, numel=verdict.numel,
-                                         output_shape=verdict.output_shape, output_dtype=verdict.output_dtype)
+                    verdict = Comparison(
+                        False,
+                        "LayoutMismatch",
+                        why,
+                        max_abs_error=verdict.max_abs_error,
+                        max_rel_error=verdict.max_rel_error,
+                        numel=verdict.numel,
+                        output_shape=verdict.output_shape,
+                        output_dtype=verdict.output_dtype,
+                    )
             return verdict
         finally:
             del drawn
@@ -221,10 +249,11 @@ class Judge:
                 if self.device != "cuda" or attempt == _OOM_RETRIES:
                     raise  # never fit: the executor checks this candidate again with the GPU to itself
                 torch.cuda.empty_cache()
-                time.sleep(_OOM_BACKOFF_S * 2 ** attempt)
+                time.sleep(_OOM_BACKOFF_S * 2**attempt)
 
 
 # -- what each worker is asked to run -------------------------------------------------------------
+
 
 def regular_trials(seed: int, trials: int) -> list[protocol.Trial]:
     from evaluation.inputs import transform
@@ -242,8 +271,13 @@ _PLAN_LOCK = threading.Lock()
 
 
 def _stress(kind: str, value: float, seed: int) -> protocol.Trial:
-    return protocol.Trial(seed=seed, scale=value if kind == "large_logits" else 1.0,
-                          shift=value if kind == "large_offset" else 0.0, stress=True, label=kind)
+    return protocol.Trial(
+        seed=seed,
+        scale=value if kind == "large_logits" else 1.0,
+        shift=value if kind == "large_offset" else 0.0,
+        stress=True,
+        label=kind,
+    )
 
 
 def stress_trials(refs: References, case: ShapeCase, first_seed: int) -> list[protocol.Trial]:
@@ -275,8 +309,9 @@ def check_trial(seed: int, index: int) -> protocol.Trial:
     return protocol.Trial(seed=seed + CHECK_OFFSET + index, label="check")
 
 
-def write_inputs(in_dir: Path, refs: References, cases: list[tuple[int, ShapeCase]],
-                 sources: list[tuple[str, str]]) -> tuple[str, dict[int, str]]:
+def write_inputs(
+    in_dir: Path, refs: References, cases: list[tuple[int, ShapeCase]], sources: list[tuple[str, str]]
+) -> tuple[str, dict[int, str]]:
     """The problem file, one folder per candidate (each with `candidate.py`) and the state dicts."""
     problem_file = f"{Path(refs.info.source_path).stem}.py"
     (in_dir / problem_file).write_text(refs.text)
@@ -335,15 +370,32 @@ class CorrectnessRun:
             if self.device == "cuda":  # prepared and replayed exactly as a timing would
                 self.checks[index] = check_trial(self.refs.init_seed, index)
                 extra = dict(timing_sets=timing_sets(self.refs.init_seed, N_CHECK_SETS), check=self.checks[index])
-            specs.append(protocol.CaseSpec(index=index, case_id=case.case_id, params=case.params, dtype=case.dtype,
-                                           state=states[index], trials=self.plans[index], **extra))
+            specs.append(
+                protocol.CaseSpec(
+                    index=index,
+                    case_id=case.case_id,
+                    params=case.params,
+                    dtype=case.dtype,
+                    state=states[index],
+                    trials=self.plans[index],
+                    **extra,
+                )
+            )
         return protocol.WorkerRequest(
-            mode="correctness", key=key.hex(), device=self.device, problem_file=problem_file,
-            problem_sha256=self.info.source_sha256, init_seed=self.refs.init_seed, cases=specs,
+            mode="correctness",
+            key=key.hex(),
+            device=self.device,
+            problem_file=problem_file,
+            problem_sha256=self.info.source_sha256,
+            init_seed=self.refs.init_seed,
+            cases=specs,
             candidates=[protocol.CandidateSpec(name="0", folder="c0")],
             allowed_torch_ops=self.refs.allowed_torch_ops(),
-            launch_cases=[protocol.LaunchCase(case_id=c.case_id, params=c.params, dtype=c.dtype)
-                          for c in self.info.launch_cases] if self.device == "cpu" else [],
+            launch_cases=[
+                protocol.LaunchCase(case_id=c.case_id, params=c.params, dtype=c.dtype) for c in self.info.launch_cases
+            ]
+            if self.device == "cpu"
+            else [],
         )
 
     def on_message(self, message: protocol.Message, blob: bytes) -> bool:
@@ -356,8 +408,9 @@ class CorrectnessRun:
                 verdict = self.judge.judge(case, self.plans[message.index][message.trial], blob, message.strides)
                 self.verdicts.setdefault(message.index, {})[message.trial] = verdict
             elif message.phase == "check" and message.index in self.checks:
-                self.check_verdicts[message.index] = self.judge.judge(case, self.checks[message.index], blob,
-                                                                      message.strides)
+                self.check_verdicts[message.index] = self.judge.judge(
+                    case, self.checks[message.index], blob, message.strides
+                )
             else:
                 return self._reject("ProtocolError", f"unexpected {message.phase} outputs for {case.case_id}")
             self._maybe_complete(message.index)
@@ -399,14 +452,26 @@ class CorrectnessRun:
         check = self.check_verdicts.get(index)
         if check is not None and not check.passed and not failing:
             worst = check
-            message = (f"the prepared (graph-captured) call on fresh inputs (seed {self.checks[index].seed}): "
-                       f"{check.message}")
+            message = (
+                f"the prepared (graph-captured) call on fresh inputs (seed {self.checks[index].seed}): {check.message}"
+            )
         return ShapeResult(
-            case_id=case.case_id, params=case.params, dtype=case.dtype, passed=message is None,
-            trials=len(trials), seeds=tuple(t.seed for t in plan), atol=tol.atol, rtol=tol.rtol,
-            max_abs_error=worst.max_abs_error, max_rel_error=worst.max_rel_error,
-            mismatch_count=worst.mismatch_count, numel=worst.numel, first_mismatch=worst.first_mismatch,
-            output_shape=worst.output_shape, output_dtype=worst.output_dtype, message=message,
+            case_id=case.case_id,
+            params=case.params,
+            dtype=case.dtype,
+            passed=message is None,
+            trials=len(trials),
+            seeds=tuple(t.seed for t in plan),
+            atol=tol.atol,
+            rtol=tol.rtol,
+            max_abs_error=worst.max_abs_error,
+            max_rel_error=worst.max_rel_error,
+            mismatch_count=worst.mismatch_count,
+            numel=worst.numel,
+            first_mismatch=worst.first_mismatch,
+            output_shape=worst.output_shape,
+            output_dtype=worst.output_dtype,
+            message=message,
         )
 
     def accounted(self, stage: Stage):
@@ -417,12 +482,17 @@ class CorrectnessRun:
         acc = self.accounting
         if acc is None:
             return None, set()
-        result = classify(acc.profiled, triton_functions(self.source), self.refs.allowed_torch_ops(),
-                          acc.torch_epilogue)
+        result = classify(
+            acc.profiled, triton_functions(self.source), self.refs.allowed_torch_ops(), acc.torch_epilogue
+        )
         hybrid = set(acc.hybrid_ops) | result.hybrid_ops
         if result.foreign:
-            return dict(status=Status.rejected, failed_stage=stage, error_class="TorchCompute",
-                        message=result.message("forward")), hybrid
+            return dict(
+                status=Status.rejected,
+                failed_stage=stage,
+                error_class="TorchCompute",
+                message=result.message("forward"),
+            ), hybrid
         return None, hybrid
 
     def first_failure_kind(self) -> str | None:

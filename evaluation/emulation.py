@@ -41,9 +41,23 @@ from typing import Any, Callable, Iterator, Optional
 from evaluation.records import Record
 
 __all__ = [
-    "DeviceSpec", "DEVICE_SPECS", "DEFAULT_TARGET", "device_spec", "EmulationReport", "AutotuneCheck",
-    "DryRunReport", "LaunchLimitError", "AutotuneConfigMismatch", "install", "installed", "candidate_scope",
-    "report", "verdict_for", "check_launch", "check_launches_at_scale", "dry_run_verdict",
+    "DeviceSpec",
+    "DEVICE_SPECS",
+    "DEFAULT_TARGET",
+    "device_spec",
+    "EmulationReport",
+    "AutotuneCheck",
+    "DryRunReport",
+    "LaunchLimitError",
+    "AutotuneConfigMismatch",
+    "install",
+    "installed",
+    "candidate_scope",
+    "report",
+    "verdict_for",
+    "check_launch",
+    "check_launches_at_scale",
+    "dry_run_verdict",
 ]
 
 
@@ -78,25 +92,79 @@ class DeviceSpec(Record):
         return f"{self.name} ({self.arch})"
 
 
-_NV = dict(backend="cuda", warp_size=32, max_threads_per_block=1024, grid_max_x=2**31 - 1, grid_max_y=65535,
-           grid_max_z=65535, smem_per_block_default_bytes=48 * 1024, regs_per_sm=65536, regs_per_block=65536)
+_NV = dict(
+    backend="cuda",
+    warp_size=32,
+    max_threads_per_block=1024,
+    grid_max_x=2**31 - 1,
+    grid_max_y=65535,
+    grid_max_z=65535,
+    smem_per_block_default_bytes=48 * 1024,
+    regs_per_sm=65536,
+    regs_per_block=65536,
+)
 # Figures from the vendors' documents in hwdocs/ (and, for the H200, from the machine measured there).
 DEVICE_SPECS: dict[str, DeviceSpec] = {
-    "H200": DeviceSpec(name="NVIDIA H200", arch="sm_90", major=9, minor=0, sm_count=132,
-                       smem_per_block_bytes=232448, smem_per_sm_bytes=233472, max_threads_per_sm=2048,
-                       l2_cache_bytes=60 * 1024 * 1024, total_memory_bytes=143771 * 1024 * 1024, **_NV),
-    "H100": DeviceSpec(name="NVIDIA H100 80GB HBM3", arch="sm_90", major=9, minor=0, sm_count=132,
-                       smem_per_block_bytes=232448, smem_per_sm_bytes=233472, max_threads_per_sm=2048,
-                       l2_cache_bytes=50 * 1024 * 1024, total_memory_bytes=81559 * 1024 * 1024, **_NV),
-    "A100": DeviceSpec(name="NVIDIA A100-SXM4-80GB", arch="sm_80", major=8, minor=0, sm_count=108,
-                       smem_per_block_bytes=166912, smem_per_sm_bytes=167936, max_threads_per_sm=2048,
-                       l2_cache_bytes=40 * 1024 * 1024, total_memory_bytes=81920 * 1024 * 1024, **_NV),
-    "MI300X": DeviceSpec(name="AMD Instinct MI300X", arch="gfx942", backend="hip", major=9, minor=4,
-                         sm_count=304, warp_size=64, max_threads_per_block=1024, grid_max_x=2**31 - 1,
-                         grid_max_y=65535, grid_max_z=65535, smem_per_block_bytes=65536,
-                         smem_per_block_default_bytes=65536, smem_per_sm_bytes=65536, regs_per_sm=131072,
-                         regs_per_block=131072, max_threads_per_sm=2048, l2_cache_bytes=4 * 1024 * 1024,
-                         total_memory_bytes=192 * 1024**3),
+    "H200": DeviceSpec(
+        name="NVIDIA H200",
+        arch="sm_90",
+        major=9,
+        minor=0,
+        sm_count=132,
+        smem_per_block_bytes=232448,
+        smem_per_sm_bytes=233472,
+        max_threads_per_sm=2048,
+        l2_cache_bytes=60 * 1024 * 1024,
+        total_memory_bytes=143771 * 1024 * 1024,
+        **_NV,
+    ),
+    "H100": DeviceSpec(
+        name="NVIDIA H100 80GB HBM3",
+        arch="sm_90",
+        major=9,
+        minor=0,
+        sm_count=132,
+        smem_per_block_bytes=232448,
+        smem_per_sm_bytes=233472,
+        max_threads_per_sm=2048,
+        l2_cache_bytes=50 * 1024 * 1024,
+        total_memory_bytes=81559 * 1024 * 1024,
+        **_NV,
+    ),
+    "A100": DeviceSpec(
+        name="NVIDIA A100-SXM4-80GB",
+        arch="sm_80",
+        major=8,
+        minor=0,
+        sm_count=108,
+        smem_per_block_bytes=166912,
+        smem_per_sm_bytes=167936,
+        max_threads_per_sm=2048,
+        l2_cache_bytes=40 * 1024 * 1024,
+        total_memory_bytes=81920 * 1024 * 1024,
+        **_NV,
+    ),
+    "MI300X": DeviceSpec(
+        name="AMD Instinct MI300X",
+        arch="gfx942",
+        backend="hip",
+        major=9,
+        minor=4,
+        sm_count=304,
+        warp_size=64,
+        max_threads_per_block=1024,
+        grid_max_x=2**31 - 1,
+        grid_max_y=65535,
+        grid_max_z=65535,
+        smem_per_block_bytes=65536,
+        smem_per_block_default_bytes=65536,
+        smem_per_sm_bytes=65536,
+        regs_per_sm=131072,
+        regs_per_block=131072,
+        max_threads_per_sm=2048,
+        l2_cache_bytes=4 * 1024 * 1024,
+        total_memory_bytes=192 * 1024**3,
+    ),
 }
 DEFAULT_TARGET = "H200"
 
@@ -162,23 +230,29 @@ def check_launch(spec: DeviceSpec, kernel: str, grid: Any, num_warps: Any = None
     """The grid as three ints, or LaunchLimitError naming the first limit this launch exceeds on `spec`."""
     dims = tuple(grid) if isinstance(grid, (tuple, list)) else (grid,)
     if len(dims) > 3:
-        raise LaunchLimitError(kernel, "grid_rank", f"kernel {kernel}: a grid has at most 3 dimensions, got {len(dims)}")
+        raise LaunchLimitError(
+            kernel, "grid_rank", f"kernel {kernel}: a grid has at most 3 dimensions, got {len(dims)}"
+        )
     full = tuple(_as_int(d) for d in dims) + (1,) * (3 - len(dims))
     for axis, value, limit in zip("xyz", full, (spec.grid_max_x, spec.grid_max_y, spec.grid_max_z)):
         if value < 0:
             raise LaunchLimitError(kernel, f"grid_{axis}", f"kernel {kernel}: grid {axis} is negative ({value})")
         if value > limit:
             raise LaunchLimitError(
-                kernel, f"grid_{axis}",
+                kernel,
+                f"grid_{axis}",
                 f"kernel {kernel}: grid {axis} = {value} exceeds the {spec.name} limit of {limit} "
-                f"(grid {full}); the launch would fail on the device")
+                f"(grid {full}); the launch would fail on the device",
+            )
     if num_warps is not None:
         nw = _as_int(num_warps)
         if nw < 1 or nw & (nw - 1) or nw > spec.max_num_warps:
             raise LaunchLimitError(
-                kernel, "num_warps",
+                kernel,
+                "num_warps",
                 f"kernel {kernel}: num_warps = {nw} is not a power of two from 1 to {spec.max_num_warps} "
-                f"({spec.max_threads_per_block} threads per block / warp size {spec.warp_size} on {spec.name})")
+                f"({spec.max_threads_per_block} threads per block / warp size {spec.warp_size} on {spec.name})",
+            )
     return full
 
 
@@ -224,8 +298,10 @@ class EmulationReport(Record):
     def describe(self) -> str:
         if not self.emulated:
             return f"no device emulation ({self.reason})"
-        return (f"{self.device_name} ({self.arch}) emulated on the CPU under the Triton interpreter: launch "
-                f"limits checked on {self.launches_checked} launches, shared memory not checked")
+        return (
+            f"{self.device_name} ({self.arch}) emulated on the CPU under the Triton interpreter: launch "
+            f"limits checked on {self.launches_checked} launches, shared memory not checked"
+        )
 
 
 class _State:
@@ -256,8 +332,12 @@ def report() -> EmulationReport:
     if spec is None:
         return EmulationReport(emulated=False, reason="not installed")
     return EmulationReport(
-        emulated=True, device_name=spec.name, arch=spec.arch, cuda_apis_used=tuple(_STATE.apis),
-        launches_checked=_STATE.launches, autotune=tuple(_STATE.autotune),
+        emulated=True,
+        device_name=spec.name,
+        arch=spec.arch,
+        cuda_apis_used=tuple(_STATE.apis),
+        launches_checked=_STATE.launches,
+        autotune=tuple(_STATE.autotune),
     )
 
 
@@ -362,8 +442,10 @@ class _Props:
         self.uuid = "00000000-0000-0000-0000-000000000000"
 
     def __repr__(self) -> str:
-        return (f"_CudaDeviceProperties(name='{self.name}', major={self.major}, minor={self.minor}, "
-                f"total_memory={self.total_memory // 2**20}MB, multi_processor_count={self.multi_processor_count})")
+        return (
+            f"_CudaDeviceProperties(name='{self.name}', major={self.major}, minor={self.minor}, "
+            f"total_memory={self.total_memory // 2**20}MB, multi_processor_count={self.multi_processor_count})"
+        )
 
 
 class _FakeStream:
@@ -453,6 +535,7 @@ def _gated(name: str, real: Callable, fake: Callable) -> Callable:
     """The fake inside a candidate scope, the real function everywhere else (the harness's own calls)."""
 
     if isinstance(real, type) or isinstance(fake, type):
+
         class Gated:  # a class (Stream, Event): construction is what is gated
             def __new__(cls, *args, **kwargs):
                 if _STATE.active:
@@ -480,9 +563,15 @@ class _EmulatedUtils:
     def get_device_properties(self, device=0) -> dict[str, int]:
         _note("triton.driver.utils.get_device_properties")
         s = self.spec
-        return {"max_shared_mem": s.smem_per_block_bytes, "max_num_regs": s.regs_per_block,
-                "multiprocessor_count": s.sm_count, "warpSize": s.warp_size, "sm_clock_rate": 1980000,
-                "mem_clock_rate": 2619000, "mem_bus_width": 6144}
+        return {
+            "max_shared_mem": s.smem_per_block_bytes,
+            "max_num_regs": s.regs_per_block,
+            "multiprocessor_count": s.sm_count,
+            "warpSize": s.warp_size,
+            "sm_clock_rate": 1980000,
+            "mem_clock_rate": 2619000,
+            "mem_bus_width": 6144,
+        }
 
 
 class _EmulatedDriver:
@@ -549,10 +638,15 @@ class _WarmedUp:
     def __init__(self, kernel, kwargs: dict):
         self._kernel = kernel
         names = set(getattr(kernel, "arg_names", ()))
-        self._kwargs = {k: v for k, v in kwargs.items() if k in ("num_warps", "num_stages", "num_ctas") and k not in names}
+        self._kwargs = {
+            k: v for k, v in kwargs.items() if k in ("num_warps", "num_stages", "num_ctas") and k not in names
+        }
         self.n_regs, self.n_spills, self.n_max_threads = 32, 0, 1024
-        self.metadata = type("Metadata", (), {"shared": 0, "num_warps": kwargs.get("num_warps", 4),
-                                              "num_stages": kwargs.get("num_stages", 3)})()
+        self.metadata = type(
+            "Metadata",
+            (),
+            {"shared": 0, "num_warps": kwargs.get("num_warps", 4), "num_stages": kwargs.get("num_stages", 3)},
+        )()
         self.name = _kernel_name(kernel)
 
     def _init_handles(self) -> None:
@@ -662,19 +756,25 @@ def _autotune_wrapper(original):
                     for k in tensors:
                         why = _disagreement(results[0][k], result[k])
                         if why:
-                            detail = (f"config {i} ({_config_text(configs[i])}) disagrees with config 0 "
-                                      f"({_config_text(configs[0])}) on argument {k}: {why}")
+                            detail = (
+                                f"config {i} ({_config_text(configs[i])}) disagrees with config 0 "
+                                f"({_config_text(configs[0])}) on argument {k}: {why}"
+                            )
                             break
                     if detail:
                         break
             for k, v in tensors.items():
                 v.copy_(results[0][k])  # the first config's answer is the one the harness judges
             with _STATE.lock:
-                _STATE.autotune.append(AutotuneCheck(kernel=name, configs=len(configs), agreed=detail is None,
-                                                     detail=detail))
+                _STATE.autotune.append(
+                    AutotuneCheck(kernel=name, configs=len(configs), agreed=detail is None, detail=detail)
+                )
             if detail:
-                raise AutotuneConfigMismatch(name, f"autotuned kernel {name}: {detail}; every config must be "
-                                                   f"correct, since the GPU may pick any of them")
+                raise AutotuneConfigMismatch(
+                    name,
+                    f"autotuned kernel {name}: {detail}; every config must be "
+                    f"correct, since the GPU may pick any of them",
+                )
             self.cache[key] = configs[0]
             self.best_config = configs[0]
             return None
@@ -699,8 +799,9 @@ def install(target: "DeviceSpec | str | None" = None, device: str = "cpu") -> Em
     if device != "cpu" or torch.cuda.is_available():
         return EmulationReport(emulated=False, reason="a real GPU is used as it is")
     if os.environ.get("TRITON_INTERPRET") != "1":
-        return EmulationReport(emulated=False,
-                               reason="Triton is not running under its interpreter (TRITON_INTERPRET=1)")
+        return EmulationReport(
+            emulated=False, reason="Triton is not running under its interpreter (TRITON_INTERPRET=1)"
+        )
     if _STATE.spec is not None:
         return report()
     import torch.cuda as tcuda
@@ -796,16 +897,20 @@ def check_launches_at_scale(model_cls, problem_module, dtype: str, case_id: str,
             model = model_cls(*init)
             if isinstance(model, torch.nn.Module):
                 model = model.to(dtype=getattr(torch, dtype))
-            inputs = [x.to(getattr(torch, dtype)) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
-                      for x in problem_module.get_inputs()]
+            inputs = [
+                x.to(getattr(torch, dtype)) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+                for x in problem_module.get_inputs()
+            ]
             model(*inputs)
     except LaunchLimitError as exc:
-        return DryRunReport(case_id=case_id, launches=tuple(_STATE.dry_launches[start:]), violation=str(exc),
-                            limit=exc.limit)
+        return DryRunReport(
+            case_id=case_id, launches=tuple(_STATE.dry_launches[start:]), violation=str(exc), limit=exc.limit
+        )
     except Exception as exc:  # data-dependent Python, host copies: the meta device cannot follow it
         text = " ".join(str(exc).split())[:300]
-        return DryRunReport(case_id=case_id, launches=tuple(_STATE.dry_launches[start:]),
-                            inconclusive=f"{type(exc).__name__}: {text}")
+        return DryRunReport(
+            case_id=case_id, launches=tuple(_STATE.dry_launches[start:]), inconclusive=f"{type(exc).__name__}: {text}"
+        )
     finally:
         _STATE.dry -= 1
         if not had_dynamo and "torch._dynamo" in sys.modules:

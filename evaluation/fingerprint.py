@@ -53,7 +53,10 @@ def _nvidia_driver() -> str | None:
     try:
         out = subprocess.run(
             [exe, "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=20, check=True,
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
@@ -76,16 +79,24 @@ def fingerprint(device: str = "auto") -> Fingerprint:
     if dev == "cpu":
         # On the CPU every Triton kernel runs through the interpreter: the worker always sets it.
         return Fingerprint(
-            device_kind="cpu", device_name="cpu (triton interpreter)", arch="cpu",
-            triton_interpret=True, **common,
+            device_kind="cpu",
+            device_name="cpu (triton interpreter)",
+            arch="cpu",
+            triton_interpret=True,
+            **common,
         )
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     hip = getattr(torch.version, "hip", None)
     if hip:
         arch = str(getattr(props, "gcnArchName", "gfx?")).split(":")[0]
         return Fingerprint(
-            device_kind="rocm", device_name=props.name, arch=arch, hip_version=hip,
-            driver_version=hip, triton_interpret=os.environ.get("TRITON_INTERPRET") == "1", **common,
+            device_kind="rocm",
+            device_name=props.name,
+            arch=arch,
+            hip_version=hip,
+            driver_version=hip,
+            triton_interpret=os.environ.get("TRITON_INTERPRET") == "1",
+            **common,
         )
     return Fingerprint(
         device_kind="cuda",

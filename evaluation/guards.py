@@ -22,20 +22,72 @@ class Verdict(Exception):
         super().__init__(message)
         self.status, self.stage, self.error_class, self.message = status, stage, error_class, message
 
+
 # aten ops that allocate, view, copy, convert dtype or fill: what a wrapper around Triton kernels
 # needs. An interpreted launch itself issues empty, new_empty, set_ and copy_ (it stages tensors
 # through host memory). Anything else in forward is PyTorch doing the work.
-ALLOWED_OPS = frozenset({
-    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like",
-    "new_zeros", "ones", "ones_like", "new_ones", "full", "full_like", "new_full", "scalar_tensor",
-    "fill_", "zero_", "lift_fresh", "lift_fresh_copy", "resize_",
-    "view", "_unsafe_view", "reshape", "_reshape_alias", "as_strided", "expand", "permute", "transpose",
-    "t", "slice", "select", "squeeze", "unsqueeze", "split", "split_with_sizes", "unbind", "chunk",
-    "narrow", "alias", "detach", "unfold", "view_as_real", "view_as_complex",
-    "contiguous", "clone", "copy_", "_to_copy", "_copy_from", "_copy_from_and_resize", "set_",
-    "_local_scalar_dense", "is_nonzero", "is_same_size", "sym_size", "sym_stride", "sym_numel",
-    "sym_storage_offset", "_has_compatible_shallow_copy_type",
-})
+ALLOWED_OPS = frozenset(
+    {
+        "empty",
+        "empty_like",
+        "empty_strided",
+        "new_empty",
+        "new_empty_strided",
+        "zeros",
+        "zeros_like",
+        "new_zeros",
+        "ones",
+        "ones_like",
+        "new_ones",
+        "full",
+        "full_like",
+        "new_full",
+        "scalar_tensor",
+        "fill_",
+        "zero_",
+        "lift_fresh",
+        "lift_fresh_copy",
+        "resize_",
+        "view",
+        "_unsafe_view",
+        "reshape",
+        "_reshape_alias",
+        "as_strided",
+        "expand",
+        "permute",
+        "transpose",
+        "t",
+        "slice",
+        "select",
+        "squeeze",
+        "unsqueeze",
+        "split",
+        "split_with_sizes",
+        "unbind",
+        "chunk",
+        "narrow",
+        "alias",
+        "detach",
+        "unfold",
+        "view_as_real",
+        "view_as_complex",
+        "contiguous",
+        "clone",
+        "copy_",
+        "_to_copy",
+        "_copy_from",
+        "_copy_from_and_resize",
+        "set_",
+        "_local_scalar_dense",
+        "is_nonzero",
+        "is_same_size",
+        "sym_size",
+        "sym_stride",
+        "sym_numel",
+        "sym_storage_offset",
+        "_has_compatible_shallow_copy_type",
+    }
+)
 
 
 # The small PyTorch epilogue a candidate may keep (issue 17): reducing its own Triton outputs to a
@@ -46,7 +98,7 @@ COPY_OPS = frozenset({"clone", "contiguous", "_to_copy", "_copy_from", "_copy_fr
 
 
 def aten_name(op: str) -> str:
-    """"aten::convolution", "aten.convolution.default", "convolution" -> "convolution"."""
+    """ "aten::convolution", "aten.convolution.default", "convolution" -> "convolution"."""
     op = op.replace("::", ".")
     parts = op.split(".")
     return parts[1] if parts[0] == "aten" and len(parts) > 1 else parts[0]
@@ -86,8 +138,14 @@ class ComputeWatch(TorchDispatchMode):
         self.tainted = set(_storages(tensors)) | set(_storages(list(params)))
         self.derived: set[int] = set()
         largest = max(tensors, key=lambda t: t.numel(), default=None)
-        self.limit = 0 if largest is None else max(largest.numel() // EPILOGUE_FRACTION,
-                                                   largest.numel() // max(1, largest.shape[-1] if largest.dim() else 1))
+        self.limit = (
+            0
+            if largest is None
+            else max(
+                largest.numel() // EPILOGUE_FRACTION,
+                largest.numel() // max(1, largest.shape[-1] if largest.dim() else 1),
+            )
+        )
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -222,11 +280,27 @@ class LaunchCounter:
 
 # Callables whose identity must not change: the tools the worker uses to check, save and time.
 WATCHED = (
-    ("torch", ("allclose", "isclose", "equal", "save", "load", "manual_seed", "randn", "rand", "randint",
-               "empty", "no_grad")),
+    (
+        "torch",
+        ("allclose", "isclose", "equal", "save", "load", "manual_seed", "randn", "rand", "randint", "empty", "no_grad"),
+    ),
     ("torch.testing", ("assert_close",)),
-    ("torch.Tensor", ("copy_", "clone", "cpu", "to", "detach", "__eq__", "data_ptr", "untyped_storage", "view",
-                      "reshape", "contiguous")),
+    (
+        "torch.Tensor",
+        (
+            "copy_",
+            "clone",
+            "cpu",
+            "to",
+            "detach",
+            "__eq__",
+            "data_ptr",
+            "untyped_storage",
+            "view",
+            "reshape",
+            "contiguous",
+        ),
+    ),
     ("torch.nn.Module", ("__call__", "load_state_dict", "state_dict", "to")),
     ("torch.cuda", ("synchronize", "graph", "Event", "CUDAGraph", "mem_get_info", "memory_snapshot")),
     ("torch.cuda.Event", ("elapsed_time", "record", "synchronize")),
@@ -240,9 +314,23 @@ WATCHED = (
     ("triton.runtime.autotuner.Autotuner", ("run",)),
     ("torch.utils._python_dispatch.TorchDispatchMode", ("__enter__", "__exit__")),
 )
-WATCHED_MODULES = ("torch", "triton", "time", "json", "os", "builtins", "hmac", "hashlib", "evaluation",
-                   "evaluation.worker", "evaluation.guards", "evaluation.inputs", "evaluation.problem",
-                   "evaluation.timing", "evaluation.protocol")
+WATCHED_MODULES = (
+    "torch",
+    "triton",
+    "time",
+    "json",
+    "os",
+    "builtins",
+    "hmac",
+    "hashlib",
+    "evaluation",
+    "evaluation.worker",
+    "evaluation.guards",
+    "evaluation.inputs",
+    "evaluation.problem",
+    "evaluation.timing",
+    "evaluation.protocol",
+)
 
 
 def _lookup(dotted: str):
@@ -287,8 +375,13 @@ class HarnessSnapshot:
                 self._entries.append((f"{name}.{attr}", module, value))
                 if isinstance(value, type) and value.__module__ == name:
                     for cattr, cvalue in list(vars(value).items()):
-                        if not cattr.startswith("__") or cattr in ("__call__", "__torch_dispatch__", "__enter__",
-                                                                    "__exit__", "__init__"):
+                        if not cattr.startswith("__") or cattr in (
+                            "__call__",
+                            "__torch_dispatch__",
+                            "__enter__",
+                            "__exit__",
+                            "__init__",
+                        ):
                             self._own.append((f"{name}.{attr}.{cattr}", value, cvalue))
 
     def changed(self) -> list[str]:
@@ -373,7 +466,7 @@ def profile_kernels(run, replay: bool):
             chain, e = [], evt
             while e is not None:
                 if e.name.startswith("aten::"):
-                    chain.append(e.name[len("aten::"):])
+                    chain.append(e.name[len("aten::") :])
                 e = e.cpu_parent
             for k in evt.kernels:
                 kernels.append(ProfiledKernel(name=k.name, ops=chain, replay=replay))

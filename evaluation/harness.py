@@ -23,14 +23,34 @@ from typing import Any, Optional
 from evaluation import protocol
 from evaluation.compare import Comparison
 from evaluation.correctness import (
-    TIMING_TRIAL_OFFSET, CorrectnessRun, Judge, References, check_trial, timing_sets, trial_plan, write_inputs,
+    TIMING_TRIAL_OFFSET,
+    CorrectnessRun,
+    Judge,
+    References,
+    check_trial,
+    timing_sets,
+    trial_plan,
+    write_inputs,
 )
 from evaluation.fingerprint import fingerprint, resolve_device
 from evaluation.isolation import Scratch, WorkerExit, WorkerProcess, last_progress, resolve_sandbox, run_worker, scrub
 from evaluation.problem import load_problem
 from evaluation.records import (
-    ALL_BASELINES, BASELINES, Baseline, EvalResult, KernelInfo, ProblemInfo, RemeasuredCandidate, RemeasuredCase,
-    RemeasureResult, ShapeCase, Stage, Status, TimedCase, TimingStats, source_sha256,
+    ALL_BASELINES,
+    BASELINES,
+    Baseline,
+    EvalResult,
+    KernelInfo,
+    ProblemInfo,
+    RemeasuredCandidate,
+    RemeasuredCase,
+    RemeasureResult,
+    ShapeCase,
+    Stage,
+    Status,
+    TimedCase,
+    TimingStats,
+    source_sha256,
 )
 from evaluation.static_check import check_source
 from evaluation.timing import NOT_MEASURED_CPU, quantile, speedup
@@ -82,21 +102,37 @@ def _death(exit_: WorkerExit, stage: Stage, timeout_s: float) -> dict[str, Any]:
     where = last_progress(exit_.stderr_tail)
     during = f" during {where}" if where else " before its first case"
     if exit_.timed_out:
-        return dict(status=Status.timed_out, failed_stage=stage, error_class="Timeout",
-                    message=f"the candidate's process ran past the {timeout_s:g} s limit{during} and was killed")
-    return dict(status=Status.crashed, failed_stage=stage, error_class=exit_.death_class(),
-                message=f"the candidate's process died by {exit_.death()}{during} without reporting")
+        return dict(
+            status=Status.timed_out,
+            failed_stage=stage,
+            error_class="Timeout",
+            message=f"the candidate's process ran past the {timeout_s:g} s limit{during} and was killed",
+        )
+    return dict(
+        status=Status.crashed,
+        failed_stage=stage,
+        error_class=exit_.death_class(),
+        message=f"the candidate's process died by {exit_.death()}{during} without reporting",
+    )
 
 
 def _forged(exit_: WorkerExit, stage: Stage) -> dict[str, Any]:
-    return dict(status=Status.rejected, failed_stage=stage, error_class="ForgedResult",
-                message=f"a frame on the worker's result pipe failed verification ({exit_.forged}): "
-                        "something other than the worker wrote it")
+    return dict(
+        status=Status.rejected,
+        failed_stage=stage,
+        error_class="ForgedResult",
+        message=f"a frame on the worker's result pipe failed verification ({exit_.forged}): "
+        "something other than the worker wrote it",
+    )
 
 
 def _stopped(stop: protocol.Stop) -> dict[str, Any]:
-    return dict(status=Status(stop.status), failed_stage=Stage(stop.stage), error_class=stop.error_class,
-                message=scrub(stop.message))
+    return dict(
+        status=Status(stop.status),
+        failed_stage=Stage(stop.stage),
+        error_class=stop.error_class,
+        message=scrub(stop.message),
+    )
 
 
 def _run(request_for, device: str, timeout_s: float, isolation: str, on_message) -> WorkerExit:
@@ -137,8 +173,15 @@ def evaluate(
         raise ValueError("trials must be >= 1")
     isolation = resolve_sandbox(sandbox, dev)
     seed = secrets.randbelow(2**31 - 10**5) if seed is None else seed
-    base = dict(candidate_sha256=source_sha256(source), problem_id=info.problem_id, problem_name=info.name,
-                device=dev, fingerprint=fingerprint(dev), started_at=started, isolation=isolation)
+    base = dict(
+        candidate_sha256=source_sha256(source),
+        problem_id=info.problem_id,
+        problem_name=info.name,
+        device=dev,
+        fingerprint=fingerprint(dev),
+        started_at=started,
+        isolation=isolation,
+    )
 
     seen: dict[str, protocol.Accounting] = {}  # the worker's accounting, once it arrived
 
@@ -157,27 +200,39 @@ def evaluate(
 
     report = check_source(source, Path(info.source_path).stem)
     if report.syntax_error:
-        return finish(status=Status.compile_error, failed_stage=Stage.static_check, error_class="SyntaxError",
-                      message=f"syntax error at {report.syntax_error}")
+        return finish(
+            status=Status.compile_error,
+            failed_stage=Stage.static_check,
+            error_class="SyntaxError",
+            message=f"syntax error at {report.syntax_error}",
+        )
     if not report.has_model_new:
-        return finish(status=Status.compile_error, failed_stage=Stage.static_check, error_class="MissingModelNew",
-                      message="the candidate defines no ModelNew (KernelBench contract: class ModelNew(nn.Module))")
+        return finish(
+            status=Status.compile_error,
+            failed_stage=Stage.static_check,
+            error_class="MissingModelNew",
+            message="the candidate defines no ModelNew (KernelBench contract: class ModelNew(nn.Module))",
+        )
     if report.findings:
         first = report.findings[0]
         more = f" (+{len(report.findings) - 1} more)" if len(report.findings) > 1 else ""
-        return finish(status=Status.rejected, failed_stage=Stage.static_check, error_class=first.rule,
-                      message=first.describe() + more)
+        return finish(
+            status=Status.rejected,
+            failed_stage=Stage.static_check,
+            error_class=first.rule,
+            message=first.describe() + more,
+        )
 
     run = CorrectnessRun(source, info, dev, trials, seed)
     exit_ = _run(run.request, dev, timeout_s, isolation, run.on_message)
-    common = dict(shape_results=tuple(run.outcome.shape_results), seeds=tuple(run.seeds),
-                  stderr_tail=exit_.stderr_tail)
+    common = dict(shape_results=tuple(run.outcome.shape_results), seeds=tuple(run.seeds), stderr_tail=exit_.stderr_tail)
     out = run.outcome
     if exit_.forged:
         return finish(**_forged(exit_, Stage.correctness), **common)
     if out.status is not None:  # the parent refused what it was sent
-        return finish(status=out.status, failed_stage=out.stage, error_class=out.error_class, message=out.message,
-                      **common)
+        return finish(
+            status=out.status, failed_stage=out.stage, error_class=out.error_class, message=out.message, **common
+        )
     if run.stop is not None:
         return finish(**_stopped(run.stop), **common)
     if exit_.timed_out or not run.done:
@@ -187,27 +242,49 @@ def evaluate(
         seen["accounting"] = acc
     refused, hybrid = run.accounted(Stage.correctness)
     if acc is not None:
-        common.update(kernels=tuple(KernelInfo(**k.model_dump()) for k in acc.kernels), triton_launches=acc.launches,
-                      torch_epilogue=tuple(acc.torch_epilogue), hybrid_ops=tuple(sorted(hybrid)),
-                      accounting_note=f"profiler unavailable: {acc.profiler_error}" if acc.profiler_error else None)
+        common.update(
+            kernels=tuple(KernelInfo(**k.model_dump()) for k in acc.kernels),
+            triton_launches=acc.launches,
+            torch_epilogue=tuple(acc.torch_epilogue),
+            hybrid_ops=tuple(sorted(hybrid)),
+            accounting_note=f"profiler unavailable: {acc.profiler_error}" if acc.profiler_error else None,
+        )
     if refused is not None:
         return finish(**refused, **common)
     if len(run.outcome.shape_results) != len(info.shape_cases):
         missing = len(info.shape_cases) - len(run.outcome.shape_results)
-        return finish(status=Status.crashed, failed_stage=Stage.correctness, error_class="ProtocolError",
-                      message=f"the worker reported success but {missing} case results never arrived", **common)
+        return finish(
+            status=Status.crashed,
+            failed_stage=Stage.correctness,
+            error_class="ProtocolError",
+            message=f"the worker reported success but {missing} case results never arrived",
+            **common,
+        )
     failed = [r for r in run.outcome.shape_results if not r.passed]
     if failed:
-        return finish(status=Status.incorrect, failed_stage=Stage.correctness, error_class=run.first_failure_kind(),
-                      message=f"{len(failed)} of {len(info.shape_cases)} cases failed; first {failed[0].case_id}: "
-                              f"{failed[0].message}", **common)
+        return finish(
+            status=Status.incorrect,
+            failed_stage=Stage.correctness,
+            error_class=run.first_failure_kind(),
+            message=f"{len(failed)} of {len(info.shape_cases)} cases failed; first {failed[0].case_id}: "
+            f"{failed[0].message}",
+            **common,
+        )
     if not _times_here(dev):
         return finish(status=Status.passed, timing_note=NOT_MEASURED_CPU, **common)
     checked = finish(status=Status.passed, timing_note="timing not requested", **common)
     if not time_it:
         return checked
-    return time_many([(source, checked)], info, device=dev, timeout_s=timeout_s, baselines=baselines, seed=seed,
-                     sandbox=sandbox, trials=trials)[0]
+    return time_many(
+        [(source, checked)],
+        info,
+        device=dev,
+        timeout_s=timeout_s,
+        baselines=baselines,
+        seed=seed,
+        sandbox=sandbox,
+        trials=trials,
+    )[0]
 
 
 def timed_cases(info: ProblemInfo) -> list[tuple[int, ShapeCase]]:
@@ -236,8 +313,16 @@ class _CandidateTiming:
 class TimedRun:
     """The parent's half of one timing process: its request, and the judgement of every output."""
 
-    def __init__(self, info: ProblemInfo, dev: str, seed: int, refs: References, trials: int, names: list[str],
-                 sources: list[str]):
+    def __init__(
+        self,
+        info: ProblemInfo,
+        dev: str,
+        seed: int,
+        refs: References,
+        trials: int,
+        names: list[str],
+        sources: list[str],
+    ):
         self.info, self.dev, self.seed, self.refs = info, dev, seed, refs
         self.judge = Judge(refs, dev)
         self.names, self.sources = names, sources
@@ -253,18 +338,32 @@ class TimedRun:
         folders = [(f"c{i}", src) for i, src in enumerate(self.sources)]
         problem_file, states = write_inputs(scratch.in_dir, self.refs, self.cases, folders)
         return protocol.WorkerRequest(
-            mode="timing", key=key.hex(), device=self.dev, problem_file=problem_file,
-            problem_sha256=self.info.source_sha256, init_seed=self.seed, cases=self.specs(states),
+            mode="timing",
+            key=key.hex(),
+            device=self.dev,
+            problem_file=problem_file,
+            problem_sha256=self.info.source_sha256,
+            init_seed=self.seed,
+            cases=self.specs(states),
             candidates=[protocol.CandidateSpec(name=n, folder=f"c{i}") for i, n in enumerate(self.names)],
             bench=HOST_BENCH if self.dev == "cpu" else protocol.BenchSpec(),
             allowed_torch_ops=self.refs.allowed_torch_ops(),
         )
 
     def specs(self, states: dict[int, str]) -> list[protocol.CaseSpec]:
-        return [protocol.CaseSpec(index=index, case_id=case.case_id, params=case.params, dtype=case.dtype,
-                                  state=states[index], trials=self.trials[index], timing_sets=self.sets,
-                                  check=self.checks[index])
-                for index, case in self.cases]
+        return [
+            protocol.CaseSpec(
+                index=index,
+                case_id=case.case_id,
+                params=case.params,
+                dtype=case.dtype,
+                state=states[index],
+                trials=self.trials[index],
+                timing_sets=self.sets,
+                check=self.checks[index],
+            )
+            for index, case in self.cases
+        ]
 
     def on_message(self, message: protocol.Message, blob: bytes) -> bool:
         if isinstance(message, protocol.Outputs):
@@ -272,9 +371,12 @@ class TimedRun:
             if mine is None or mine.wrong is not None:
                 return False
             case = self.info.shape_cases[message.index]
-            trial = {"trial": lambda: self.trials[message.index][message.trial],
-                     "check": lambda: self.checks[message.index],
-                     "first": lambda: self.sets[message.trial], "last": lambda: self.sets[message.trial]}[message.phase]()
+            trial = {
+                "trial": lambda: self.trials[message.index][message.trial],
+                "check": lambda: self.checks[message.index],
+                "first": lambda: self.sets[message.trial],
+                "last": lambda: self.sets[message.trial],
+            }[message.phase]()
             verdict = self.judge.judge(case, trial, blob, message.strides)
             if not verdict.passed:
                 mine.wrong = self._wrong(case, message.phase, trial, verdict)
@@ -299,30 +401,57 @@ class TimedRun:
 
     @staticmethod
     def _wrong(case: ShapeCase, phase: str, trial: protocol.Trial, verdict: Comparison) -> dict[str, Any]:
-        what = {"trial": "a correctness call in the timing process", "first": "the first timed call",
-                "last": "the last timed call", "check": "the timed call re-run on fresh inputs"}[phase]
-        return dict(status=Status.incorrect, failed_stage=Stage.timing, error_class=verdict.kind,
-                    message=f"{case.case_id}: {what} (seed {trial.seed}) was wrong: {verdict.message}")
+        what = {
+            "trial": "a correctness call in the timing process",
+            "first": "the first timed call",
+            "last": "the last timed call",
+            "check": "the timed call re-run on fresh inputs",
+        }[phase]
+        return dict(
+            status=Status.incorrect,
+            failed_stage=Stage.timing,
+            error_class=verdict.kind,
+            message=f"{case.case_id}: {what} (seed {trial.seed}) was wrong: {verdict.message}",
+        )
 
 
-def _baseline_request(info: ProblemInfo, dev: str, seed: int, refs: References, names: list[str],
-                      mode: str = "baselines"):
+def _baseline_request(
+    info: ProblemInfo, dev: str, seed: int, refs: References, names: list[str], mode: str = "baselines"
+):
     cases = timed_cases(info)
 
     def request_for(scratch: Scratch, key: bytes) -> protocol.WorkerRequest:
         problem_file, states = write_inputs(scratch.in_dir, refs, cases, [])
-        specs = [protocol.CaseSpec(index=index, case_id=case.case_id, params=case.params, dtype=case.dtype,
-                                   state=states[index], trials=[], timing_sets=timing_sets(seed))
-                 for index, case in cases]
-        return protocol.WorkerRequest(mode=mode, key=key.hex(), device=dev, problem_file=problem_file,
-                                      problem_sha256=info.source_sha256, init_seed=seed, cases=specs,
-                                      baselines=names, bench=HOST_BENCH if dev == "cpu" else protocol.BenchSpec())
+        specs = [
+            protocol.CaseSpec(
+                index=index,
+                case_id=case.case_id,
+                params=case.params,
+                dtype=case.dtype,
+                state=states[index],
+                trials=[],
+                timing_sets=timing_sets(seed),
+            )
+            for index, case in cases
+        ]
+        return protocol.WorkerRequest(
+            mode=mode,
+            key=key.hex(),
+            device=dev,
+            problem_file=problem_file,
+            problem_sha256=info.source_sha256,
+            init_seed=seed,
+            cases=specs,
+            baselines=names,
+            bench=HOST_BENCH if dev == "cpu" else protocol.BenchSpec(),
+        )
 
     return request_for
 
 
-def _time_baselines(info: ProblemInfo, dev: str, seed: int, refs: References, baselines: tuple[str, ...],
-                    timeout_s: float) -> tuple[dict[int, dict[str, Baseline]], dict[int, tuple[int, int]]]:
+def _time_baselines(
+    info: ProblemInfo, dev: str, seed: int, refs: References, baselines: tuple[str, ...], timeout_s: float
+) -> tuple[dict[int, dict[str, Baseline]], dict[int, tuple[int, int]]]:
     """Every baseline of every timed case, in processes that never ran a candidate. max-autotune runs
     alone under its own cap; a baseline that fails or times out is recorded with its error."""
     measured: dict[int, dict[str, Baseline]] = {}
@@ -332,7 +461,8 @@ def _time_baselines(info: ProblemInfo, dev: str, seed: int, refs: References, ba
         if isinstance(message, protocol.Timed):
             stats = TimingStats(**message.stats.model_dump()) if message.stats is not None else None
             measured.setdefault(message.index, {})[message.candidate] = Baseline(
-                name=message.candidate, timing=stats, error=message.error)
+                name=message.candidate, timing=stats, error=message.error
+            )
             sizes[message.index] = (message.input_bytes, message.output_bytes)
         return False
 
@@ -345,8 +475,11 @@ def _time_baselines(info: ProblemInfo, dev: str, seed: int, refs: References, ba
         for index, _ in timed_cases(info):
             for name in names:
                 if name not in measured.get(index, {}):
-                    why = (f"did not finish within {cap:g} s" if exit_.timed_out
-                           else f"the baseline process died by {exit_.death()}")
+                    why = (
+                        f"did not finish within {cap:g} s"
+                        if exit_.timed_out
+                        else f"the baseline process died by {exit_.death()}"
+                    )
                     measured.setdefault(index, {})[name] = Baseline(name=name, error=why)
     return measured, sizes
 
@@ -411,14 +544,27 @@ def time_many(
         if fields["status"] is Status.passed:
             fields = _assemble(info, refs, fields.pop("stats"), measured, sizes, baselines, ceiling)
         fields.setdefault("isolation", isolation)
-        out[i] = prior.model_copy(update=dict(
-            duration_s=prior.duration_s + elapsed, timing_note="; ".join(notes) or None,
-            stderr_tail=fields.pop("stderr_tail", prior.stderr_tail), **fields))
+        out[i] = prior.model_copy(
+            update=dict(
+                duration_s=prior.duration_s + elapsed,
+                timing_note="; ".join(notes) or None,
+                stderr_tail=fields.pop("stderr_tail", prior.stderr_tail),
+                **fields,
+            )
+        )
     return out
 
 
-def _time_batch(sources: list[str], info: ProblemInfo, dev: str, seed: int, refs: References, trials: int,
-                timeout_s: float, isolation: str) -> list[dict] | None:
+def _time_batch(
+    sources: list[str],
+    info: ProblemInfo,
+    dev: str,
+    seed: int,
+    refs: References,
+    trials: int,
+    timeout_s: float,
+    isolation: str,
+) -> list[dict] | None:
     """One timing process for `sources`: per source, the fields to update its EvalResult with (with the
     raw "stats" of a passing one). None when the process failed as a whole with several sources (the
     caller retries each alone); with a single source, that failure is the source's own status."""
@@ -449,39 +595,73 @@ def _time_batch(sources: list[str], info: ProblemInfo, dev: str, seed: int, refs
         if mine.wrong is not None:
             results.append(mine.wrong)
         elif foreign is not None and foreign.foreign:
-            results.append(dict(status=Status.rejected, failed_stage=Stage.timing, error_class="TorchCompute",
-                                message=foreign.message("the timed call")))
+            results.append(
+                dict(
+                    status=Status.rejected,
+                    failed_stage=Stage.timing,
+                    error_class="TorchCompute",
+                    message=foreign.message("the timed call"),
+                )
+            )
         elif mine.stop is not None:
             results.append(_stopped(mine.stop))
         elif mine.error is not None:
-            results.append(dict(status=Status.crashed, failed_stage=Stage.timing, error_class=mine.error_class,
-                                message=scrub(mine.error)))
+            results.append(
+                dict(
+                    status=Status.crashed,
+                    failed_stage=Stage.timing,
+                    error_class=mine.error_class,
+                    message=scrub(mine.error),
+                )
+            )
         elif set(mine.stats) != {index for index, _ in run.cases}:
-            results.append(dict(status=Status.crashed, failed_stage=Stage.timing, error_class="ProtocolError",
-                                message="the timing process finished without timing every case"))
+            results.append(
+                dict(
+                    status=Status.crashed,
+                    failed_stage=Stage.timing,
+                    error_class="ProtocolError",
+                    message="the timing process finished without timing every case",
+                )
+            )
         else:
             results.append(dict(status=Status.passed, stats=mine.stats))
     return results
 
 
-def _assemble(info: ProblemInfo, refs: References, stats: dict[int, TimingStats],
-              measured: dict[int, dict[str, Baseline]], sizes: dict[int, tuple[int, int]],
-              baselines: tuple[str, ...], ceiling: float | None) -> dict[str, Any]:
+def _assemble(
+    info: ProblemInfo,
+    refs: References,
+    stats: dict[int, TimingStats],
+    measured: dict[int, dict[str, Baseline]],
+    sizes: dict[int, tuple[int, int]],
+    baselines: tuple[str, ...],
+    ceiling: float | None,
+) -> dict[str, Any]:
     timed = []
     for index, case in timed_cases(info):
         bl = tuple(measured.get(index, {}).get(name, Baseline(name=name, error="not measured")) for name in baselines)
         tc = _timed_case(case, refs.module(case.params), sizes.get(index, (0, 0)), stats[index], bl, ceiling)
         if ceiling and tc.bytes_moved >= IMPLAUSIBLE_MIN_BYTES and tc.achieved_gbps > IMPLAUSIBLE_FACTOR * ceiling:
-            return dict(status=Status.rejected, failed_stage=Stage.timing, error_class="ImplausibleTiming",
-                        message=f"{case.case_id}: timed at {tc.achieved_gbps:.0f} GB/s, {tc.achieved_gbps / ceiling:.1f}x "
-                                f"the device's measured copy bandwidth ({ceiling:.0f} GB/s): the timed call did not "
-                                "do the work")
+            return dict(
+                status=Status.rejected,
+                failed_stage=Stage.timing,
+                error_class="ImplausibleTiming",
+                message=f"{case.case_id}: timed at {tc.achieved_gbps:.0f} GB/s, {tc.achieved_gbps / ceiling:.1f}x "
+                f"the device's measured copy bandwidth ({ceiling:.0f} GB/s): the timed call did not "
+                "do the work",
+            )
         timed.append(tc)
     return dict(status=Status.passed, timing=tuple(timed), ceiling_gbps=ceiling)
 
 
-def _timed_case(case: ShapeCase, module, sizes: tuple[int, int], cand: TimingStats, baselines: tuple[Baseline, ...],
-                ceiling: float | None) -> TimedCase:
+def _timed_case(
+    case: ShapeCase,
+    module,
+    sizes: tuple[int, int],
+    cand: TimingStats,
+    baselines: tuple[Baseline, ...],
+    ceiling: float | None,
+) -> TimedCase:
     import torch
 
     itemsize = torch.empty((), dtype=getattr(torch, case.dtype)).element_size()
@@ -492,15 +672,22 @@ def _timed_case(case: ShapeCase, module, sizes: tuple[int, int], cand: TimingSta
     seconds = cand.latency_ms_p50 * 1e-3
     gbps = nbytes / seconds / 1e9
     return TimedCase(
-        case_id=case.case_id, params=case.params, dtype=case.dtype, candidate=cand, baselines=baselines,
+        case_id=case.case_id,
+        params=case.params,
+        dtype=case.dtype,
+        candidate=cand,
+        baselines=baselines,
         speedups=tuple(speedup(b.name, b.timing, cand) for b in baselines if b.timing is not None),
-        bytes_moved=nbytes, flops=flops, achieved_gbps=gbps,
+        bytes_moved=nbytes,
+        flops=flops,
+        achieved_gbps=gbps,
         achieved_tflops=flops / seconds / 1e12 if flops else None,
         pct_of_ceiling=100.0 * gbps / ceiling if ceiling else None,
     )
 
 
 # -- remeasure ------------------------------------------------------------------------------------
+
 
 class _Remeasure:
     """Two workers, one with the candidates (sandboxed) and one with the baselines (no candidate code),
@@ -513,9 +700,13 @@ class _Remeasure:
         self.base_scratch = Scratch.make(scratch_root())
         ck, bk = protocol.new_key(), protocol.new_key()
         timing_req = self.run.request(self.cand_scratch, ck)
-        cand_req = timing_req.model_copy(update=dict(
-            mode="remeasure", samples_per_round=per_round,
-            cases=[c.model_copy(update=dict(trials=[])) for c in timing_req.cases]))
+        cand_req = timing_req.model_copy(
+            update=dict(
+                mode="remeasure",
+                samples_per_round=per_round,
+                cases=[c.model_copy(update=dict(trials=[])) for c in timing_req.cases],
+            )
+        )
         base_req = _baseline_request(info, dev, seed, refs, list(baselines), "remeasure")(self.base_scratch, bk)
         base_req = base_req.model_copy(update=dict(samples_per_round=per_round))
         self.cand = WorkerProcess(self.cand_scratch, dev, key=ck, isolation=isolation, timeout_s=timeout_s)
@@ -620,12 +811,20 @@ def remeasure(
     _check_baselines(baselines)
     fp = fingerprint(dev)
     shas = {name: source_sha256(src) for name, src in sources.items()}
-    head = dict(problem_id=info.problem_id, problem_name=info.name, device=dev, rounds=rounds,
-                fingerprint=fp, started_at=started)
+    head = dict(
+        problem_id=info.problem_id,
+        problem_name=info.name,
+        device=dev,
+        rounds=rounds,
+        fingerprint=fp,
+        started_at=started,
+    )
     if not _times_here(dev):
         return RemeasureResult(
-            **head, candidates=tuple(RemeasuredCandidate(name=n, candidate_sha256=shas[n]) for n in sources),
-            note=NOT_MEASURED_CPU, duration_s=time.monotonic() - t0,
+            **head,
+            candidates=tuple(RemeasuredCandidate(name=n, candidate_sha256=shas[n]) for n in sources),
+            note=NOT_MEASURED_CPU,
+            duration_s=time.monotonic() - t0,
         )
     isolation = resolve_sandbox(sandbox, dev)
     head["isolation"] = isolation
@@ -634,16 +833,29 @@ def remeasure(
     refs = References(info, dev, seed)
     keys = [str(i) for i in range(len(names))]
     wanted = ["eager"] + [b for b in baselines if b != "eager"]
-    rm = _Remeasure(info, dev, seed, refs, keys, [sources[n] for n in names], wanted, rounds, samples_per_round,
-                    timeout_s, isolation)
+    rm = _Remeasure(
+        info,
+        dev,
+        seed,
+        refs,
+        keys,
+        [sources[n] for n in names],
+        wanted,
+        rounds,
+        samples_per_round,
+        timeout_s,
+        isolation,
+    )
     try:
         failure = rm.drive()
     finally:
         cand_exit, _ = rm.close()
     if failure is not None:
         return RemeasureResult(
-            **head, candidates=tuple(RemeasuredCandidate(name=n, candidate_sha256=shas[n], error=failure) for n in sources),
-            stderr_tail=cand_exit.stderr_tail, duration_s=time.monotonic() - t0,
+            **head,
+            candidates=tuple(RemeasuredCandidate(name=n, candidate_sha256=shas[n], error=failure) for n in sources),
+            stderr_tail=cand_exit.stderr_tail,
+            duration_s=time.monotonic() - t0,
         )
     per_candidate: dict[str, list[RemeasuredCase]] = {name: [] for name in names}
     errors: dict[str, str] = {}
@@ -683,24 +895,36 @@ def remeasure(
                 continue
             ratios = [b / c for b, c in zip(base, mine)]
             vs_compile = [b / c for b, c in zip(compiled, mine)] if len(compiled) == len(mine) else []
-            per_candidate[name].append(RemeasuredCase(
-                case_id=case.case_id, params=case.params, dtype=case.dtype,
-                candidate_p50s_ms=tuple(mine), baseline_p50s_ms=tuple(base),
-                speedup=quantile(ratios, 0.5), speedup_min=min(ratios), speedup_max=max(ratios),
-                significant=min(ratios) > 1.0, method=prepared.methods.get(key, "cuda_events") if prepared else "",
-                compile_p50s_ms=tuple(compiled) if vs_compile else (),
-                speedup_vs_compile=quantile(vs_compile, 0.5) if vs_compile else None,
-                speedup_vs_compile_min=min(vs_compile) if vs_compile else None,
-                speedup_vs_compile_max=max(vs_compile) if vs_compile else None,
-            ))
+            per_candidate[name].append(
+                RemeasuredCase(
+                    case_id=case.case_id,
+                    params=case.params,
+                    dtype=case.dtype,
+                    candidate_p50s_ms=tuple(mine),
+                    baseline_p50s_ms=tuple(base),
+                    speedup=quantile(ratios, 0.5),
+                    speedup_min=min(ratios),
+                    speedup_max=max(ratios),
+                    significant=min(ratios) > 1.0,
+                    method=prepared.methods.get(key, "cuda_events") if prepared else "",
+                    compile_p50s_ms=tuple(compiled) if vs_compile else (),
+                    speedup_vs_compile=quantile(vs_compile, 0.5) if vs_compile else None,
+                    speedup_vs_compile_min=min(vs_compile) if vs_compile else None,
+                    speedup_vs_compile_max=max(vs_compile) if vs_compile else None,
+                )
+            )
     return RemeasureResult(
         **head,
         candidates=tuple(
-            RemeasuredCandidate(name=n, candidate_sha256=shas[n], cases=tuple(per_candidate[n]) if n not in errors else (),
-                                error=errors.get(n))
+            RemeasuredCandidate(
+                name=n,
+                candidate_sha256=shas[n],
+                cases=tuple(per_candidate[n]) if n not in errors else (),
+                error=errors.get(n),
+            )
             for n in names
         ),
         note=f"torch.compile baseline failed: {compile_error}" if compile_error else None,
-        stderr_tail=cand_exit.stderr_tail if errors else "", duration_s=time.monotonic() - t0,
+        stderr_tail=cand_exit.stderr_tail if errors else "",
+        duration_s=time.monotonic() - t0,
     )
-

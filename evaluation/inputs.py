@@ -51,8 +51,17 @@ STRESS_LADDERS = {
 }
 
 
-def make_inputs(module, dtype: str, seed: int, trial: int, device: str, *,
-                scale: float | None = None, shift: float | None = None, stress: bool = False) -> list[Any]:
+def make_inputs(
+    module,
+    dtype: str,
+    seed: int,
+    trial: int,
+    device: str,
+    *,
+    scale: float | None = None,
+    shift: float | None = None,
+    stress: bool = False,
+) -> list[Any]:
     """Trial `trial`'s inputs (its rescale from `transform`), or an explicit `scale`/`shift`."""
     import torch
 

@@ -48,16 +48,60 @@ from evaluation.errors import KscoutError
 STDERR_TAIL_BYTES = 4096
 SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "COOKIE", "PRIVATE")
 SECRET_PREFIXES = (
-    "AWS_", "OPENAI", "ANTHROPIC", "HF_", "HUGGING", "AZURE", "GOOGLE", "GCP_", "GH_", "GITHUB_", "LITELLM",
-    "COHERE", "MISTRAL", "GROQ", "GEMINI", "TOGETHER", "DEEPSEEK", "OPENROUTER", "REPLICATE", "WANDB",
+    "AWS_",
+    "OPENAI",
+    "ANTHROPIC",
+    "HF_",
+    "HUGGING",
+    "AZURE",
+    "GOOGLE",
+    "GCP_",
+    "GH_",
+    "GITHUB_",
+    "LITELLM",
+    "COHERE",
+    "MISTRAL",
+    "GROQ",
+    "GEMINI",
+    "TOGETHER",
+    "DEEPSEEK",
+    "OPENROUTER",
+    "REPLICATE",
+    "WANDB",
 )
 KEEP_EXACT = {
-    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TERM", "TMPDIR", "TZ", "SHELL",
-    "LD_LIBRARY_PATH", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "XDG_CACHE_HOME", "CC", "CXX",
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "LANGUAGE",
+    "TERM",
+    "TMPDIR",
+    "TZ",
+    "SHELL",
+    "LD_LIBRARY_PATH",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "XDG_CACHE_HOME",
+    "CC",
+    "CXX",
 }
 KEEP_PREFIXES = (
-    "LC_", "TRITON_", "CUDA_", "NVIDIA_", "PYTHON", "TORCH", "HIP_", "ROCM_", "HSA_", "NCCL_", "NVSHMEM_",
-    "CUBLAS", "CUDNN", "PYTORCH_",
+    "LC_",
+    "TRITON_",
+    "CUDA_",
+    "NVIDIA_",
+    "PYTHON",
+    "TORCH",
+    "HIP_",
+    "ROCM_",
+    "HSA_",
+    "NCCL_",
+    "NVSHMEM_",
+    "CUBLAS",
+    "CUDNN",
+    "PYTORCH_",
 )
 SandboxMode = Literal["auto", "required", "off"]
 SANDBOX_MODES = ("auto", "required", "off")
@@ -77,10 +121,7 @@ def is_secret(name: str) -> bool:
 def worker_env(device: str, base: dict[str, str] | None = None) -> dict[str, str]:
     """An allowlist of what a GPU program needs, minus anything named like a secret."""
     base = dict(os.environ if base is None else base)
-    env = {
-        k: v for k, v in base.items()
-        if (k in KEEP_EXACT or k.startswith(KEEP_PREFIXES)) and not is_secret(k)
-    }
+    env = {k: v for k, v in base.items() if (k in KEEP_EXACT or k.startswith(KEEP_PREFIXES)) and not is_secret(k)}
     root = str(Path(evaluation.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
@@ -98,8 +139,10 @@ def worker_env(device: str, base: dict[str, str] | None = None) -> dict[str, str
 _SECRET_PATTERNS = (
     r"sk-[A-Za-z0-9_\-]{16,}",  # OpenAI, Anthropic (sk-ant-...)
     r"hf_[A-Za-z0-9]{20,}",
-    r"gh[pousr]_[A-Za-z0-9]{20,}", r"github_pat_[A-Za-z0-9_]{20,}",
-    r"AKIA[0-9A-Z]{16}", r"ASIA[0-9A-Z]{16}",
+    r"gh[pousr]_[A-Za-z0-9]{20,}",
+    r"github_pat_[A-Za-z0-9_]{20,}",
+    r"AKIA[0-9A-Z]{16}",
+    r"ASIA[0-9A-Z]{16}",
     r"AIza[0-9A-Za-z_\-]{30,}",
     r"xox[abposr]-[A-Za-z0-9\-]{10,}",
     r"(?:[Aa][Pp][Ii][_-]?[Kk][Ee][Yy]|[Ss]ecret|SECRET|[Tt]oken|TOKEN|[Pp]assword|PASSWORD|[Aa]uthorization)"
@@ -124,6 +167,7 @@ def scrub(text: str, environ: dict[str, str] | None = None) -> str:
 
 
 # -- the sandbox --------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Scratch:
@@ -169,9 +213,13 @@ def _hidden_folders() -> list[Path]:
 def _python_folders() -> list[Path]:
     """Folders the worker's Python needs: the interpreter, the environment, every import path, this
     package's root (they are bound back read-only where they lie under a hidden folder)."""
-    folders = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.exec_prefix),
-               Path(os.path.realpath(sys.executable)).parent.parent,
-               Path(evaluation.__file__).resolve().parent.parent}
+    folders = {
+        Path(sys.prefix),
+        Path(sys.base_prefix),
+        Path(sys.exec_prefix),
+        Path(os.path.realpath(sys.executable)).parent.parent,
+        Path(evaluation.__file__).resolve().parent.parent,
+    }
     for entry in sys.path:
         if entry and os.path.isdir(entry):
             folders.add(Path(entry))
@@ -179,15 +227,41 @@ def _python_folders() -> list[Path]:
 
 
 def _bwrap_args(scratch: Scratch, device: str, uid: int | None) -> list[str]:
-    args = ["bwrap", "--die-with-parent", "--new-session",
-            "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+    args = [
+        "bwrap",
+        "--die-with-parent",
+        "--new-session",
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+    ]
     if uid is None:  # an ordinary user: a user namespace makes RLIMIT_NPROC count this sandbox alone
         args += ["--unshare-user", "--disable-userns", "--cap-drop", "ALL"]
     else:  # root: the worker drops to `uid` itself, then holds no capability at all
         args += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
-    args += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-             "--perms", "1777", "--size", str(1 << 30), "--tmpfs", "/tmp",
-             "--perms", "1777", "--size", str(1 << 30), "--tmpfs", "/dev/shm"]
+    args += [
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--perms",
+        "1777",
+        "--size",
+        str(1 << 30),
+        "--tmpfs",
+        "/tmp",
+        "--perms",
+        "1777",
+        "--size",
+        str(1 << 30),
+        "--tmpfs",
+        "/dev/shm",
+    ]
     fresh = [Path("/tmp"), Path("/dev")]  # folders that are new, empty mounts inside
     hidden = [h for h in _hidden_folders() if not any(_under(h, f) for f in fresh)]
     for folder in hidden:
@@ -212,8 +286,16 @@ def _bwrap_args(scratch: Scratch, device: str, uid: int | None) -> list[str]:
             for node in sorted(Path("/dev").glob(pattern)):
                 args += ["--dev-bind", str(node), str(node)]
     args += parents(scratch.in_dir)
-    args += ["--ro-bind", str(scratch.in_dir), str(scratch.in_dir),
-             "--bind", str(scratch.out_dir), str(scratch.out_dir), "--chdir", str(scratch.out_dir)]
+    args += [
+        "--ro-bind",
+        str(scratch.in_dir),
+        str(scratch.in_dir),
+        "--bind",
+        str(scratch.out_dir),
+        str(scratch.out_dir),
+        "--chdir",
+        str(scratch.out_dir),
+    ]
     return args
 
 
@@ -230,8 +312,15 @@ def _sandbox_uid() -> int | None:
 def _sandbox_env(env: dict[str, str]) -> dict[str, str]:
     """Inside: a writable HOME and caches in the sandbox's own /tmp, and a user name without passwd."""
     env = dict(env)
-    env.update(HOME="/tmp", TMPDIR="/tmp", USER="kscout-sandbox", LOGNAME="kscout-sandbox",
-               XDG_CACHE_HOME="/tmp/.cache", TRITON_HOME="/tmp", TRITON_CACHE_DIR="/tmp/.triton/cache")
+    env.update(
+        HOME="/tmp",
+        TMPDIR="/tmp",
+        USER="kscout-sandbox",
+        LOGNAME="kscout-sandbox",
+        XDG_CACHE_HOME="/tmp/.cache",
+        TRITON_HOME="/tmp",
+        TRITON_CACHE_DIR="/tmp/.triton/cache",
+    )
     return env
 
 
@@ -275,15 +364,25 @@ def probe_sandbox(device: str = "cpu") -> _Probe:
             try:
                 uid = _sandbox_uid()
                 _prepare_for_uid(scratch, uid)
-                nodes = [str(n) for n in sorted(Path("/dev").glob("nvidia*")) + [Path("/dev/kfd")]
-                         if device != "cpu" and n.is_char_device()]
-                cmd = _bwrap_args(scratch, device, uid) + [sys.executable, "-c", _PROBE_SCRIPT,
-                                                           str(-1 if uid is None else uid), *nodes]
+                nodes = [
+                    str(n)
+                    for n in sorted(Path("/dev").glob("nvidia*")) + [Path("/dev/kfd")]
+                    if device != "cpu" and n.is_char_device()
+                ]
+                cmd = _bwrap_args(scratch, device, uid) + [
+                    sys.executable,
+                    "-c",
+                    _PROBE_SCRIPT,
+                    str(-1 if uid is None else uid),
+                    *nodes,
+                ]
                 try:
                     done = subprocess.run(cmd, env=_sandbox_env(worker_env(device)), capture_output=True, timeout=60)
                     err = done.stderr.decode(errors="replace").strip()
-                    result = _Probe(done.returncode == 0, "" if done.returncode == 0 else
-                                    f"bwrap failed here (exit {done.returncode}): {err[-300:]}")
+                    result = _Probe(
+                        done.returncode == 0,
+                        "" if done.returncode == 0 else f"bwrap failed here (exit {done.returncode}): {err[-300:]}",
+                    )
                 except (OSError, subprocess.TimeoutExpired) as exc:
                     result = _Probe(False, f"bwrap could not run: {exc}")
             finally:
@@ -307,9 +406,12 @@ def resolve_sandbox(mode: str | None, device: str) -> str:
         raise SandboxError(f"--sandbox required, but no sandbox can be made here: {probe.reason}")
     if not _WARNED:
         _WARNED = True
-        warnings.warn(f"kernelscout: candidate code runs WITHOUT an OS sandbox on this machine ({probe.reason}); "
-                      "every result records isolation='none' and cannot be promoted without an explicit override",
-                      UnsandboxedWarning, stacklevel=3)
+        warnings.warn(
+            f"kernelscout: candidate code runs WITHOUT an OS sandbox on this machine ({probe.reason}); "
+            "every result records isolation='none' and cannot be promoted without an explicit override",
+            UnsandboxedWarning,
+            stacklevel=3,
+        )
     return "none"
 
 
@@ -325,6 +427,7 @@ def _prepare_for_uid(scratch: Scratch, uid: int | None) -> None:
 
 # -- limits -------------------------------------------------------------------------------------
 
+
 def default_limits(device: str, timeout_s: float) -> protocol.Limits:
     """Caps a runaway candidate hits long before the machine does. $KSCOUT_WORKER_MEMORY_GB (0: none),
     $KSCOUT_WORKER_FILE_MB and $KSCOUT_WORKER_NPROC override the address space, file size and
@@ -338,12 +441,16 @@ def default_limits(device: str, timeout_s: float) -> protocol.Limits:
     else:
         address_space = None
     cores = os.cpu_count() or 1
-    return protocol.Limits(address_space_bytes=address_space, cpu_s=int(timeout_s * max(2, cores)) + 60,
-                           file_size_bytes=int(os.environ.get("KSCOUT_WORKER_FILE_MB", "256")) << 20,
-                           nproc=int(os.environ.get("KSCOUT_WORKER_NPROC", "1024")))
+    return protocol.Limits(
+        address_space_bytes=address_space,
+        cpu_s=int(timeout_s * max(2, cores)) + 60,
+        file_size_bytes=int(os.environ.get("KSCOUT_WORKER_FILE_MB", "256")) << 20,
+        nproc=int(os.environ.get("KSCOUT_WORKER_NPROC", "1024")),
+    )
 
 
 # -- one worker ---------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class WorkerExit:
@@ -400,8 +507,16 @@ class WorkerProcess:
     is reported as `forged` in its `WorkerExit`.
     """
 
-    def __init__(self, scratch: Scratch, device: str, *, key: bytes, isolation: str, timeout_s: float,
-                 limits: protocol.Limits | None = None):
+    def __init__(
+        self,
+        scratch: Scratch,
+        device: str,
+        *,
+        key: bytes,
+        isolation: str,
+        timeout_s: float,
+        limits: protocol.Limits | None = None,
+    ):
         self.scratch, self.device, self.isolation, self.timeout_s = scratch, device, isolation, timeout_s
         self.limits = limits or default_limits(device, timeout_s)
         self.key = key
@@ -421,8 +536,18 @@ class WorkerProcess:
         limits = self.limits
         if self.isolation != "bwrap":  # RLIMIT_NPROC counts every process of the user outside a sandbox
             limits = limits.model_copy(update={"nproc": None})
-        argv = ["-m", "evaluation.worker", "--in-fd", str(req_r), "--out-fd", str(res_w),
-                "--in-dir", str(self.scratch.in_dir), "--limits", limits.model_dump_json()]
+        argv = [
+            "-m",
+            "evaluation.worker",
+            "--in-fd",
+            str(req_r),
+            "--out-fd",
+            str(res_w),
+            "--in-dir",
+            str(self.scratch.in_dir),
+            "--limits",
+            limits.model_dump_json(),
+        ]
         env = worker_env(self.device)
         if self.isolation == "bwrap":
             uid = _sandbox_uid()
@@ -437,8 +562,14 @@ class WorkerProcess:
         try:
             with open(self._stderr, "wb") as err:
                 self.proc = subprocess.Popen(
-                    cmd, cwd=self.scratch.out_dir, env=env, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
-                    start_new_session=True, pass_fds=(req_r, res_w),
+                    cmd,
+                    cwd=self.scratch.out_dir,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=err,
+                    stderr=err,
+                    start_new_session=True,
+                    pass_fds=(req_r, res_w),
                 )
         finally:
             os.close(req_r)
@@ -500,14 +631,28 @@ class WorkerProcess:
         code = None if (timed_out or stopped) else proc.returncode
         if code is not None and self.isolation == "bwrap" and 128 < code < 128 + 65:
             code = 128 - code  # bwrap exits 128+N when its child died by signal N
-        return WorkerExit(returncode=code, timed_out=timed_out, stopped_early=stopped,
-                          stderr_tail=scrub(_tail(self._stderr)), wall_s=self.elapsed(),
-                          isolation=self.isolation, forged=self.forged)
+        return WorkerExit(
+            returncode=code,
+            timed_out=timed_out,
+            stopped_early=stopped,
+            stderr_tail=scrub(_tail(self._stderr)),
+            wall_s=self.elapsed(),
+            isolation=self.isolation,
+            forged=self.forged,
+        )
 
 
-def run_worker(scratch: Scratch, device: str, timeout_s: float, request: protocol.WorkerRequest, *,
-               key: bytes, isolation: str, on_message: Callable[[protocol.Message, bytes], bool] | None = None,
-               limits: protocol.Limits | None = None) -> WorkerExit:
+def run_worker(
+    scratch: Scratch,
+    device: str,
+    timeout_s: float,
+    request: protocol.WorkerRequest,
+    *,
+    key: bytes,
+    isolation: str,
+    on_message: Callable[[protocol.Message, bytes], bool] | None = None,
+    limits: protocol.Limits | None = None,
+) -> WorkerExit:
     """Run one worker to its end. `on_message` gets every verified message; True means the caller has
     its verdict and the worker is killed. A forged frame, the deadline or the worker's exit end it."""
     worker = WorkerProcess(scratch, device, key=key, isolation=isolation, timeout_s=timeout_s, limits=limits)

@@ -17,11 +17,24 @@ from typing import Any
 from evaluation import shapes
 from evaluation.errors import ProblemError
 from evaluation.problem_file import (  # noqa: F401  (re-exported: the worker and the harness import them here)
-    SLOT, exec_problem, exec_problem_source, init_inputs, normalized_source, parse_source, read_source, rebind,
-    size_constants, size_slots, top_level_names,
+    SLOT,
+    exec_problem,
+    exec_problem_source,
+    init_inputs,
+    normalized_source,
+    parse_source,
+    read_source,
+    rebind,
+    size_constants,
+    size_slots,
+    top_level_names,
 )
 from evaluation.records import (
-    DEFAULT_TOLERANCES, DroppedCase, ProblemInfo, ShapeCase, Tolerance,
+    DEFAULT_TOLERANCES,
+    DroppedCase,
+    ProblemInfo,
+    ShapeCase,
+    Tolerance,
 )
 
 PROBLEMS_DIR = Path(__file__).resolve().parent / "problems"
@@ -52,16 +65,21 @@ def resolve_spec(spec: str) -> tuple[Path, bool]:
     raise ProblemError(f"unknown problem {spec!r}; built-in problems: {', '.join(names)}")
 
 
-def problem_id(source: str, cases: list[ShapeCase] | tuple[ShapeCase, ...],
-               launch_cases: list[ShapeCase] | tuple[ShapeCase, ...] = (), tolerance_policy: str = "strict") -> str:
+def problem_id(
+    source: str,
+    cases: list[ShapeCase] | tuple[ShapeCase, ...],
+    launch_cases: list[ShapeCase] | tuple[ShapeCase, ...] = (),
+    tolerance_policy: str = "strict",
+) -> str:
     """sha256 of the normalized source and everything that decides a verdict on it: the shape set, the
     full-size launch checks, and a tolerance policy other than the default."""
     dump = lambda cs: [c.model_dump(mode="json") for c in cs]  # noqa: E731
     extra = {"launch_cases": dump(launch_cases)} if launch_cases else {}
     if tolerance_policy != "strict":
         extra["tolerance_policy"] = tolerance_policy
-    shape_set = json.dumps(dump(cases) if not extra else {"cases": dump(cases), **extra}, sort_keys=True,
-                           separators=(",", ":"))
+    shape_set = json.dumps(
+        dump(cases) if not extra else {"cases": dump(cases), **extra}, sort_keys=True, separators=(",", ":")
+    )
     return hashlib.sha256((normalized_source(source) + "\n" + shape_set).encode()).hexdigest()[:16]
 
 
@@ -123,8 +141,9 @@ def _select_timed(cases: list[ShapeCase], timed: list[str] | tuple[str, ...]) ->
     valid = [c.case_id for c in cases]
     unknown = [w for w in wanted if w not in valid]
     if unknown:
-        raise ProblemError(f"unknown case id {', '.join(map(repr, unknown))} for --time-case; "
-                           f"valid ids: {', '.join(valid)}")
+        raise ProblemError(
+            f"unknown case id {', '.join(map(repr, unknown))} for --time-case; valid ids: {', '.join(valid)}"
+        )
     out = []
     for c in cases:
         tags = tuple(t for t in c.tags if t != "timed") + (("timed",) if c.case_id in wanted else ())
@@ -137,14 +156,21 @@ def _select_dtypes(declared: tuple[str, ...], wanted: list[str] | tuple[str, ...
         return declared
     unknown = [d for d in dict.fromkeys(wanted) if d not in declared]
     if unknown:
-        raise ProblemError(f"{Path(path).stem} does not declare dtype {', '.join(map(repr, unknown))}; "
-                           f"its dtypes: {', '.join(declared)}")
+        raise ProblemError(
+            f"{Path(path).stem} does not declare dtype {', '.join(map(repr, unknown))}; "
+            f"its dtypes: {', '.join(declared)}"
+        )
     return tuple(d for d in declared if d in wanted)
 
 
-def load_problem(spec: str, device: str = "cpu", overrides: dict[str, int] | None = None,
-                 timed: list[str] | tuple[str, ...] | None = None,
-                 dtypes: list[str] | tuple[str, ...] | None = None, tolerance: str = "strict") -> ProblemInfo:
+def load_problem(
+    spec: str,
+    device: str = "cpu",
+    overrides: dict[str, int] | None = None,
+    timed: list[str] | tuple[str, ...] | None = None,
+    dtypes: list[str] | tuple[str, ...] | None = None,
+    tolerance: str = "strict",
+) -> ProblemInfo:
     """`timed`: case ids (ShapeCase.case_id) that become the only cases timed; None keeps the declared tags.
     `dtypes`: keep only these of the declared dtypes (a kernel wanted for bf16 alone is proven and timed in
     bf16 alone); None keeps them all. `tolerance`: a policy of TOLERANCE_POLICIES."""
@@ -159,8 +185,13 @@ def load_problem(spec: str, device: str = "cpu", overrides: dict[str, int] | Non
     slots = size_slots(tree)
     module = exec_problem_source(source, path)
     overrides = dict(overrides or {})
-    declared_keys = {k for kind in ("cpu", "cuda") for e in (getattr(module, "SHAPES", None) or {}).get(kind, [])
-                     for k in e if k != "tags"}
+    declared_keys = {
+        k
+        for kind in ("cpu", "cuda")
+        for e in (getattr(module, "SHAPES", None) or {}).get(kind, [])
+        for k in e
+        if k != "tags"
+    }
     _check_overrides(overrides, set(slots) | declared_keys)
 
     dropped: list[DroppedCase] = []
@@ -182,8 +213,9 @@ def load_problem(spec: str, device: str = "cpu", overrides: dict[str, int] | Non
     launch = _launch_cases(module, device_kind, dict(slots, **overrides), overrides, dtypes)
     precision = getattr(module, "FLOAT32_MATMUL_PRECISION", "highest")
     if precision not in ("highest", "high"):
-        raise ProblemError(f"{path}: FLOAT32_MATMUL_PRECISION must be 'highest' (IEEE fp32) or 'high' (TF32), "
-                           f"not {precision!r}")
+        raise ProblemError(
+            f"{path}: FLOAT32_MATMUL_PRECISION must be 'highest' (IEEE fp32) or 'high' (TF32), not {precision!r}"
+        )
     seed = SEEDS_DIR / f"{path.stem}.py" if builtin else None
     doc = (getattr(module, "DESCRIPTION", None) or (ast.get_docstring(tree) or "").split("\n")[0]).strip()
     return ProblemInfo(
@@ -210,8 +242,9 @@ def load_problem(spec: str, device: str = "cpu", overrides: dict[str, int] | Non
     )
 
 
-def _launch_cases(module, device_kind: str, shipped: dict[str, int], overrides: dict[str, int],
-                  dtypes: tuple[str, ...]) -> list[ShapeCase]:
+def _launch_cases(
+    module, device_kind: str, shipped: dict[str, int], overrides: dict[str, int], dtypes: tuple[str, ...]
+) -> list[ShapeCase]:
     """On the CPU, the GPU-sized cases whose launches a worker follows on meta tensors (launch limits
     such as a grid y of 65536 only bite at full size): a built-in's declared cuda cases, or a
     KernelBench file's shipped sizes. None on a GPU, which checks its own limits."""
@@ -219,8 +252,9 @@ def _launch_cases(module, device_kind: str, shipped: dict[str, int], overrides: 
         return []
     declared = _declared_cases(module, "cuda", overrides)
     params_list = [p for p, _ in declared] if declared is not None else ([shipped] if shipped else [])
-    return [ShapeCase(case_id=case_id(p, d), params=p, dtype=d, tags=("launch_only",))
-            for p in params_list for d in dtypes]
+    return [
+        ShapeCase(case_id=case_id(p, d), params=p, dtype=d, tags=("launch_only",)) for p in params_list for d in dtypes
+    ]
 
 
 def list_problems(device: str = "cpu") -> list[ProblemInfo]:

@@ -52,6 +52,7 @@ class Wire(BaseModel):
 
 # -- parent -> worker ---------------------------------------------------------------------------
 
+
 class Trial(Wire):
     """One set of inputs: get_inputs() after torch.manual_seed(seed), floating inputs mapped to
     x * scale + shift (inputs that are never negative only get the scale; a stress trial leaves them
@@ -133,6 +134,7 @@ class NextCase(Wire):
 
 
 # -- worker -> parent ---------------------------------------------------------------------------
+
 
 class Outputs(Wire):
     """Header of one judged forward; the blob is the packaged outputs (torch.save of plain tensors)."""
@@ -300,9 +302,9 @@ class FrameReader:
             total = _HEAD.size + hlen + blen + MAC_BYTES
             if len(self.buf) < total:
                 break
-            header = bytes(self.buf[_HEAD.size:_HEAD.size + hlen])
-            blob = bytes(self.buf[_HEAD.size + hlen:_HEAD.size + hlen + blen])
-            mac = bytes(self.buf[total - MAC_BYTES:total])
+            header = bytes(self.buf[_HEAD.size : _HEAD.size + hlen])
+            blob = bytes(self.buf[_HEAD.size + hlen : _HEAD.size + hlen + blen])
+            mac = bytes(self.buf[total - MAC_BYTES : total])
             del self.buf[:total]
             if not hmac.compare_digest(mac, _mac(self.key, self.seq, header, blob)):
                 raise ProtocolError(f"frame {self.seq} is not MAC'd with this worker's key")

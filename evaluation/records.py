@@ -211,6 +211,7 @@ class EvalResult(Record):
     @property
     def hybrid(self) -> bool:
         return bool(self.hybrid_ops)
+
     # A CPU run that emulated a GPU for the candidate (evaluation/emulation.py): the target, e.g.
     # "NVIDIA H200 (sm_90)"; None when the candidate ran on the real device or saw a plain CPU.
     emulated_device: Optional[str] = None
@@ -248,9 +249,13 @@ class EvalResult(Record):
         def geomean(values: list[float]) -> float:
             return math.exp(sum(math.log(v) for v in values) / len(values))
 
-        return MeasuredSpeedup(baseline=baseline, ratio=geomean([c[0] for c in per_case]),
-                               ratio_low=geomean([c[1] for c in per_case]),
-                               ratio_high=geomean([c[2] for c in per_case]), n_cases=len(per_case))
+        return MeasuredSpeedup(
+            baseline=baseline,
+            ratio=geomean([c[0] for c in per_case]),
+            ratio_low=geomean([c[1] for c in per_case]),
+            ratio_high=geomean([c[2] for c in per_case]),
+            n_cases=len(per_case),
+        )
 
     def speedup(self, baseline: str = "eager") -> Optional[float]:
         """The ratio of `measured_speedup` alone."""

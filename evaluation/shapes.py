@@ -110,8 +110,9 @@ class _Problem:
             with torch.device("meta"):
                 tensors += [t for t in _flatten(module.get_inputs()) if isinstance(t, torch.Tensor)]
         except Exception as exc:
-            raise ProblemError(f"cannot size the inputs of {self.path.name} with {params}: "
-                               f"{type(exc).__name__}: {exc}") from None
+            raise ProblemError(
+                f"cannot size the inputs of {self.path.name} with {params}: {type(exc).__name__}: {exc}"
+            ) from None
         try:
             with torch.device("meta"):
                 model = module.Model(*init_inputs(module))
@@ -204,8 +205,13 @@ class _Problem:
                 grown = [tuple(t.shape) for t in self.inputs_meta(dict(params, **{name: value + 1}))]
             except Exception:
                 grown = base
-            out[name] = {(i, a) for i, (s0, s1) in enumerate(zip(base, grown)) if len(s0) == len(s1)
-                         for a in range(len(s0)) if s0[a] != s1[a]}
+            out[name] = {
+                (i, a)
+                for i, (s0, s1) in enumerate(zip(base, grown))
+                if len(s0) == len(s1)
+                for a in range(len(s0))
+                if s0[a] != s1[a]
+            }
         return out
 
     def rejects(self, params: dict[str, int], device_kind: str) -> str | None:
@@ -251,8 +257,13 @@ def ties(shipped: dict[str, int], sizes: list[str]) -> list[tuple[str, ...]]:
     return [tuple(g) for g in groups.values()]
 
 
-def shrink(problem: _Problem, params: dict[str, int], units: list[tuple[str, ...]],
-           fits: Callable[[Footprint], bool], floor: int = SIZE_MIN) -> dict[str, int]:
+def shrink(
+    problem: _Problem,
+    params: dict[str, int],
+    units: list[tuple[str, ...]],
+    fits: Callable[[Footprint], bool],
+    floor: int = SIZE_MIN,
+) -> dict[str, int]:
     """Halve sizes until the case fits: each step the largest unit whose halving shrinks the footprint
     (so sizes come down together and keep the shipped aspect; constants that size nothing stay)."""
     current = dict(params)
@@ -336,8 +347,9 @@ class _Deriver:
     def representative(self) -> dict[str, int]:
         if self.device_kind != "cpu" and self.problem.rejects(self.shipped, "cuda") is not None:
             self.problem.meta_checks = False  # meta cannot follow this reference: GPU cases go unchecked
-            self.plan.notes.append("the reference cannot run on the meta device, so GPU-sized cases are not "
-                                   "checked against it")
+            self.plan.notes.append(
+                "the reference cannot run on the meta device, so GPU-sized cases are not checked against it"
+            )
         tied = shrink(self.problem, self.shipped, self.units, self.rep_fits)
         proportional = self._proportional()
         last = None
@@ -351,8 +363,10 @@ class _Deriver:
             if _key(params) not in {_key(p) for p, _ in self.plan.dropped}:
                 self.plan.dropped.append((params, reason))
             last = reason
-        raise ProblemError(f"{self.problem.path.name}: the reference rejects its shrunk shapes "
-                           f"({', '.join(f'{k}={v}' for k, v in tied.items())}): {last}")
+        raise ProblemError(
+            f"{self.problem.path.name}: the reference rejects its shrunk shapes "
+            f"({', '.join(f'{k}={v}' for k, v in tied.items())}): {last}"
+        )
 
     def _proportional(self) -> dict[str, int]:
         """Every size halved together each step: keeps every ratio of the shipped sizes."""
@@ -453,8 +467,7 @@ class _Deriver:
         base = self.problem.output_numel(rep)
         if base is None:
             return []
-        return [u for u in self.units
-                if self.problem.output_numel(dict(rep, **{n: rep[n] + 1 for n in u})) == base]
+        return [u for u in self.units if self.problem.output_numel(dict(rep, **{n: rep[n] + 1 for n in u})) == base]
 
     def big(self, rep: dict[str, int]) -> None:
         """A reduction gets its reduced sizes at 4099 and small odd kept sizes (few outputs, so a kernel
@@ -472,7 +485,9 @@ class _Deriver:
             return
         if reduced and kept:
             small = dict(zip(kept, (3, 5, 7, 11, 13, 17, 19, 23)))
-            start = dict(rep, **{n: v for u, v in small.items() for n in u}, **{n: BIG_WIDTHS[0] for u in reduced for n in u})
+            start = dict(
+                rep, **{n: v for u, v in small.items() for n in u}, **{n: BIG_WIDTHS[0] for u in reduced for n in u}
+            )
             params = shrink(self.problem, start, reduced, lambda f: f.max_numel <= CPU_BIG_MAX_NUMEL, EDGE_SIZE_MIN)
             for unit in reduced:
                 if _is_pow2(params[unit[0]]):
@@ -494,8 +509,9 @@ class _Deriver:
             if params is not None:
                 break
         if params is None:
-            self.plan.notes.append(f"no big case fits {max_numel} elements with its innermost size at "
-                                   f"{BIG_WIDTHS[-1]} or more")
+            self.plan.notes.append(
+                f"no big case fits {max_numel} elements with its innermost size at {BIG_WIDTHS[-1]} or more"
+            )
             return
         numel = lambda p: self.problem.footprint(p).max_numel  # noqa: E731
         if trim and others and numel(params) > CPU_BIG_TRIM_NUMEL:  # trim to just past 2^20: the interpreter's cost
@@ -516,13 +532,16 @@ class _Deriver:
                     params = trial
                     break
         if trim and numel(params) < CPU_BIG_MIN_NUMEL:
-            self.plan.notes.append(f"the big case has fewer than {CPU_BIG_MIN_NUMEL} elements: the sizes that "
-                                   f"do not scale the largest input stop it")
+            self.plan.notes.append(
+                f"the big case has fewer than {CPU_BIG_MIN_NUMEL} elements: the sizes that "
+                f"do not scale the largest input stop it"
+            )
         self.accept(params, ("big",))
 
 
-def derive_plan(path: Path, slots: dict[str, int], device_kind: str, overrides: dict[str, int],
-                source: str | None = None) -> Plan:
+def derive_plan(
+    path: Path, slots: dict[str, int], device_kind: str, overrides: dict[str, int], source: str | None = None
+) -> Plan:
     """The representative case first, then edges (and on the CPU the ragged and big cases)."""
     deriver = _Deriver(_Problem(path, source), slots, device_kind, overrides)
     rep = deriver.representative()
@@ -534,7 +553,8 @@ def derive_plan(path: Path, slots: dict[str, int], device_kind: str, overrides: 
     return deriver.plan
 
 
-def derive_cases(path: Path, constants: dict[str, int], device_kind: str, overrides: dict[str, int]
-                 ) -> list[tuple[dict[str, int], tuple[str, ...]]]:
+def derive_cases(
+    path: Path, constants: dict[str, int], device_kind: str, overrides: dict[str, int]
+) -> list[tuple[dict[str, int], tuple[str, ...]]]:
     """The derived cases alone, as (params, tags) pairs (derive_plan has the dropped ones too)."""
     return derive_plan(path, constants, device_kind, overrides).cases

@@ -72,8 +72,16 @@ class Runner:
     the very call that was timed on inputs the candidate's Python never saw.
     """
 
-    def __init__(self, fn: Callable, input_sets: list[list[Any]], static: list[Any], graph, graph_out,
-                 error: str | None, method: str):
+    def __init__(
+        self,
+        fn: Callable,
+        input_sets: list[list[Any]],
+        static: list[Any],
+        graph,
+        graph_out,
+        error: str | None,
+        method: str,
+    ):
         self.fn, self.input_sets, self.static = fn, input_sets, static
         self.graph, self.graph_out, self.capture_error, self.method = graph, graph_out, error, method
         self.last_out: Any = None
@@ -220,8 +228,9 @@ class Bench:
         samples, kept = self.sample(runner, n, keep=(0, n - 1))
         k = len(runner.input_sets)
         checks = {"first": (0, kept[0]), "last": ((n - 1) % k, kept[n - 1])}
-        stats = summarize(samples, n_warmup=self.n_warmup + self.estimate_samples, l2_flushed=self.l2_flushed,
-                          method=runner.method)
+        stats = summarize(
+            samples, n_warmup=self.n_warmup + self.estimate_samples, l2_flushed=self.l2_flushed, method=runner.method
+        )
         return stats, checks
 
 

@@ -60,8 +60,11 @@ def drop_privileges(uid: int) -> None:
 def apply_limits(limits: protocol.Limits) -> None:
     import resource
 
-    pairs = [(resource.RLIMIT_CPU, limits.cpu_s), (resource.RLIMIT_FSIZE, limits.file_size_bytes),
-             (resource.RLIMIT_CORE, 0)]
+    pairs = [
+        (resource.RLIMIT_CPU, limits.cpu_s),
+        (resource.RLIMIT_FSIZE, limits.file_size_bytes),
+        (resource.RLIMIT_CORE, 0),
+    ]
     if limits.address_space_bytes:
         pairs.append((resource.RLIMIT_AS, limits.address_space_bytes))
     if limits.nproc:
@@ -117,8 +120,12 @@ class Worker:
         problem_path = in_dir / request.problem_file
         text = problem_path.read_text()
         if hashlib.sha256(text.encode()).hexdigest() != request.problem_sha256:
-            raise Verdict("crashed", "compile", "ProblemMismatch",
-                          "the problem file in the scratch folder does not match the request's sha256")
+            raise Verdict(
+                "crashed",
+                "compile",
+                "ProblemMismatch",
+                "the problem file in the scratch folder does not match the request's sha256",
+            )
         self.problem_text, self.problem_path = text, problem_path
         self._problems: dict[str, Any] = {}
         self.states = {}
@@ -146,8 +153,9 @@ class Worker:
 
     def send_outputs(self, out: Any, case: protocol.CaseSpec, phase: str, trial: int = 0, candidate: str = "") -> None:
         blob, strides = protocol.package_bytes(out)
-        self.ch.send(protocol.Outputs(index=case.index, candidate=candidate, phase=phase, trial=trial,
-                                      strides=strides), blob)
+        self.ch.send(
+            protocol.Outputs(index=case.index, candidate=candidate, phase=phase, trial=trial, strides=strides), blob
+        )
 
     def make_bench(self):
         from evaluation.timing import Bench, HostBench
@@ -189,9 +197,14 @@ class Worker:
     def accounting(self, name: str, launches: int = 0) -> protocol.Accounting:
         seen = self.note(name)
         return protocol.Accounting(
-            candidate=name, launches=launches, torch_epilogue=sorted(seen["epilogue"]),
-            hybrid_ops=sorted(seen["hybrid"]), profiled=seen["profiled"], profiler_error=seen["error"],
-            kernels=[protocol.KernelFact(**k) for k in self.counter.kernels.values()])
+            candidate=name,
+            launches=launches,
+            torch_epilogue=sorted(seen["epilogue"]),
+            hybrid_ops=sorted(seen["hybrid"]),
+            profiled=seen["profiled"],
+            profiler_error=seen["error"],
+            kernels=[protocol.KernelFact(**k) for k in self.counter.kernels.values()],
+        )
 
     def call(self, model, inputs: list[Any], where: str, stage: str, *, capturing: bool = False, name: str = ""):
         """One forward, watched; a Verdict for anything but honest Triton work."""
@@ -231,9 +244,13 @@ class Worker:
         seen["epilogue"] |= watch.epilogue
         items = out if type(out) in (tuple, list) else [out]
         if any(isinstance(t, torch.Tensor) and type(t) is not torch.Tensor for t in items):
-            raise Verdict("rejected", stage, "TensorSubclass",
-                          f"forward returned a {type(next(t for t in items if type(t) is not torch.Tensor)).__name__} "
-                          f"on {where}: outputs must be plain torch.Tensor")
+            raise Verdict(
+                "rejected",
+                stage,
+                "TensorSubclass",
+                f"forward returned a {type(next(t for t in items if type(t) is not torch.Tensor)).__name__} "
+                f"on {where}: outputs must be plain torch.Tensor",
+            )
         tensors = [t for t in items if isinstance(t, torch.Tensor)]
         if any(t.device.type != self.device for t in tensors):
             raise Verdict("incorrect", stage, "WrongDevice", f"an output is not on {self.device} on {where}")
@@ -317,8 +334,9 @@ class Worker:
             torch.cuda.synchronize()
         changed = mutated(runner.static, pristine)
         if changed:
-            raise Verdict("rejected", stage, "MutatedInput",
-                          f"the timed call modified input(s) {changed} on {case.case_id}")
+            raise Verdict(
+                "rejected", stage, "MutatedInput", f"the timed call modified input(s) {changed} on {case.case_id}"
+            )
         self.check_harness(stage)
         self.send_outputs(out, case, "check", 0, name)
 
@@ -353,8 +371,11 @@ class Worker:
         if len(self.req.cases) == 1:
             self._launch_checks(model_cls)
         acc = self.accounting(entry.name, launches)
-        self.ch.send(acc.model_copy(update={"emulation": emulation.report() if emulation.installed() else None,
-                                            "weights": weights}))
+        self.ch.send(
+            acc.model_copy(
+                update={"emulation": emulation.report() if emulation.installed() else None, "weights": weights}
+            )
+        )
         self.ch.send(protocol.Done())
 
     def _launch_checks(self, model_cls) -> None:
@@ -365,8 +386,9 @@ class Worker:
         if not emulation.installed():
             return
         for lc in self.req.launch_cases:
-            dry = emulation.check_launches_at_scale(model_cls, self.problem(lc), lc.dtype, lc.case_id,
-                                                    self.req.init_seed)
+            dry = emulation.check_launches_at_scale(
+                model_cls, self.problem(lc), lc.dtype, lc.case_id, self.req.init_seed
+            )
             verdict = emulation.dry_run_verdict(dry)
             if verdict is not None:
                 raise Verdict(*verdict)
@@ -382,8 +404,9 @@ class Worker:
             emulated = emulation.verdict_for(exc)
             if emulated is not None:
                 raise Verdict(*emulated)
-            raise Verdict("compile_error", "compile", type(exc).__name__,
-                          f"building ModelNew for {case.case_id}: {one_line(exc)}")
+            raise Verdict(
+                "compile_error", "compile", type(exc).__name__, f"building ModelNew for {case.case_id}: {one_line(exc)}"
+            )
 
     def _free(self) -> None:
         if self.device == "cuda":  # workers share one GPU: give each case's blocks back
@@ -427,9 +450,15 @@ class Worker:
                     self.ch.send(protocol.Timed(index=case.index, candidate=name, stats=stats.model_dump()))
                 except Verdict as v:
                     errors[name], classes[name] = f"{case.case_id}: {v.message}", v.error_class
-                    self.ch.send(protocol.Stop(status=v.status if v.status != "compile_error" else "crashed",
-                                               stage="timing", error_class=v.error_class,
-                                               message=f"{case.case_id}: {v.message}", candidate=name))
+                    self.ch.send(
+                        protocol.Stop(
+                            status=v.status if v.status != "compile_error" else "crashed",
+                            stage="timing",
+                            error_class=v.error_class,
+                            message=f"{case.case_id}: {v.message}",
+                            candidate=name,
+                        )
+                    )
                 except Exception as exc:
                     errors[name], classes[name] = f"timing {case.case_id}: {one_line(exc)}", type(exc).__name__
                 model = None
@@ -472,12 +501,16 @@ class Worker:
                 ref = self._reference(pm, case)
                 outs = ref(*sets[0])  # the byte count comes from the reference, not from a candidate
                 outs = outs if isinstance(outs, (tuple, list)) else [outs]
-                sizes = dict(input_bytes=sum(t.nbytes for t in sets[0] if isinstance(t, torch.Tensor)),
-                             output_bytes=sum(t.nbytes for t in outs if isinstance(t, torch.Tensor)))
+                sizes = dict(
+                    input_bytes=sum(t.nbytes for t in sets[0] if isinstance(t, torch.Tensor)),
+                    output_bytes=sum(t.nbytes for t in outs if isinstance(t, torch.Tensor)),
+                )
                 for name in self.req.baselines:
                     try:
                         stats, _ = bench.measure(bench.prepare(self._baseline_fn(name, ref), sets))
-                        self.ch.send(protocol.Timed(index=case.index, candidate=name, stats=stats.model_dump(), **sizes))
+                        self.ch.send(
+                            protocol.Timed(index=case.index, candidate=name, stats=stats.model_dump(), **sizes)
+                        )
                     except Exception as exc:  # a baseline that cannot run is recorded, not fatal
                         self.ch.send(protocol.Timed(index=case.index, candidate=name, error=one_line(exc), **sizes))
             del sets, ref, outs
@@ -523,15 +556,22 @@ class Worker:
                         case_errors[name] = v.message
                     except Exception as exc:
                         case_errors[name] = one_line(exc)
-                self.ch.send(protocol.Prepared(index=case.index, methods={n: r.method for n, r in runners.items()},
-                                               errors=case_errors))
+                self.ch.send(
+                    protocol.Prepared(
+                        index=case.index, methods={n: r.method for n, r in runners.items()}, errors=case_errors
+                    )
+                )
                 while True:
                     command = self.ch.read_command()
                     if command is None or isinstance(command, protocol.NextCase):
                         break
                     if command.index != case.index:
-                        raise Verdict("crashed", "timing", "ProtocolError",
-                                      f"a round for case {command.index} arrived during case {case.index}")
+                        raise Verdict(
+                            "crashed",
+                            "timing",
+                            "ProtocolError",
+                            f"a round for case {command.index} arrived during case {case.index}",
+                        )
                     p50s, round_errors = {}, {}
                     for name, runner in runners.items():
                         if name in case_errors:
@@ -556,23 +596,47 @@ class Worker:
             try:
                 self.send_check(runner, pm, case, "timing", name)
             except Verdict as v:
-                self.ch.send(protocol.Stop(status="rejected" if v.status == "rejected" else "crashed", stage="timing",
-                                           error_class=v.error_class, message=v.message, candidate=name))
+                self.ch.send(
+                    protocol.Stop(
+                        status="rejected" if v.status == "rejected" else "crashed",
+                        stage="timing",
+                        error_class=v.error_class,
+                        message=v.message,
+                        candidate=name,
+                    )
+                )
             except Exception as exc:
-                self.ch.send(protocol.Stop(status="crashed", stage="timing", error_class=type(exc).__name__,
-                                           message=one_line(exc), candidate=name))
+                self.ch.send(
+                    protocol.Stop(
+                        status="crashed",
+                        stage="timing",
+                        error_class=type(exc).__name__,
+                        message=one_line(exc),
+                        candidate=name,
+                    )
+                )
 
     def run(self) -> None:
         mode = self.req.mode
         try:
-            {"correctness": self.correctness, "timing": self.timing, "baselines": self.baselines,
-             "remeasure": self.remeasure}[mode]()
+            {
+                "correctness": self.correctness,
+                "timing": self.timing,
+                "baselines": self.baselines,
+                "remeasure": self.remeasure,
+            }[mode]()
         except Verdict as v:
             self.ch.send(protocol.Stop(status=v.status, stage=v.stage, error_class=v.error_class, message=v.message))
         except Exception as exc:  # out of device memory drawing a timed case's inputs, as a rule: said by name,
             # so an executor can tell a full GPU from a candidate's fault and check it again alone
-            self.ch.send(protocol.Stop(status="crashed", stage="correctness" if mode == "correctness" else "timing",
-                                       error_class=type(exc).__name__, message=one_line(exc)))
+            self.ch.send(
+                protocol.Stop(
+                    status="crashed",
+                    stage="correctness" if mode == "correctness" else "timing",
+                    error_class=type(exc).__name__,
+                    message=one_line(exc),
+                )
+            )
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -84,8 +84,11 @@ OP_FAMILIES: tuple[str, ...] = (
 
 # (pattern, ops, case_sensitive)
 _OP_PATTERNS: list[tuple[str, tuple[str, ...], bool]] = [
-    (r"(?:fused[\s_-]?)?add[\s_+-]*rms[\s_-]?norm|residual[\s_-]*(?:\+|add|and)[\s_-]*rms[\s_-]?norm",
-     ("add_rmsnorm",), False),
+    (
+        r"(?:fused[\s_-]?)?add[\s_+-]*rms[\s_-]?norm|residual[\s_-]*(?:\+|add|and)[\s_-]*rms[\s_-]?norm",
+        ("add_rmsnorm",),
+        False,
+    ),
     (r"layer[\s_-]?norm(?:alization)?s?", ("layernorm",), False),
     (r"LN", ("layernorm",), True),
     (r"rms[\s_-]?norm(?:alization)?s?|root[\s-]mean[\s-]square[\s-]norm(?:alization)?", ("rmsnorm",), False),
@@ -230,15 +233,28 @@ def vendor_of_arch(arch: str) -> Optional[str]:
 # name is accepted as a new vendor (normalised the same way): new chips come from new vendors.
 _VENDOR_ALIASES: dict[str, str] = {
     "advanced micro devices inc": "amd",
-    "nvidia": "nvidia", "nvidia corporation": "nvidia", "nvda": "nvidia",
-    "amd": "amd", "advanced micro devices": "amd", "ati": "amd", "xilinx": "amd",
-    "meta": "meta", "meta platforms": "meta", "facebook": "meta",
-    "intel": "intel", "habana": "intel", "habana labs": "intel",
-    "google": "google", "alphabet": "google",
-    "generic": "generic", "none": "generic", "any": "generic",
+    "nvidia": "nvidia",
+    "nvidia corporation": "nvidia",
+    "nvda": "nvidia",
+    "amd": "amd",
+    "advanced micro devices": "amd",
+    "ati": "amd",
+    "xilinx": "amd",
+    "meta": "meta",
+    "meta platforms": "meta",
+    "facebook": "meta",
+    "intel": "intel",
+    "habana": "intel",
+    "habana labs": "intel",
+    "google": "google",
+    "alphabet": "google",
+    "generic": "generic",
+    "none": "generic",
+    "any": "generic",
 }
-_COMPANY_SUFFIX = re.compile(r"[\s,]+(?:inc|incorporated|corp|corporation|co|ltd|limited|llc|gmbh|ag|plc)\.?$",
-                             re.IGNORECASE)
+_COMPANY_SUFFIX = re.compile(
+    r"[\s,]+(?:inc|incorporated|corp|corporation|co|ltd|limited|llc|gmbh|ag|plc)\.?$", re.IGNORECASE
+)
 _NAME_OK = re.compile(r"^[\w][\w .,+&/()-]*$")
 
 

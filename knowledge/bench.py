@@ -36,11 +36,17 @@ VENDOR_DOCS = ROOT / "tests" / "data" / "vendor_docs"
 # the URL the folder is published at, and (like the real ROCm tree) without device tags.
 VENDOR_FOLDERS: dict[str, dict] = {
     "rocm": {"vendor": "AMD", "source_url": "https://rocm.docs.amd.com/en/latest/"},
-    "hip": {"vendor": "Advanced Micro Devices, Inc.", "source_url": "https://rocm.docs.amd.com/projects/HIP/en/latest/"},
+    "hip": {
+        "vendor": "Advanced Micro Devices, Inc.",
+        "source_url": "https://rocm.docs.amd.com/projects/HIP/en/latest/",
+    },
     "cutlass": {"vendor": "NVIDIA", "source_url": "https://docs.nvidia.com/cutlass/"},
     "cuda": {"vendor": "nvidia", "source_url": "https://docs.nvidia.com/cuda/"},
-    "tenstorrent": {"vendor": "Tenstorrent Inc.", "devices": ("n150", "n300"),
-                    "source_url": "https://docs.tenstorrent.com/"},
+    "tenstorrent": {
+        "vendor": "Tenstorrent Inc.",
+        "devices": ("n150", "n300"),
+        "source_url": "https://docs.tenstorrent.com/",
+    },
 }
 console = Console()
 
@@ -108,10 +114,15 @@ def evaluate(store, questions: list[dict], k: int = 5) -> dict:
             alias_misses.append((q["question"], f"op {q['op']}", str(list(facets.ops))))
     n = len(questions)
     return {
-        "questions": n, "recall_at_5": hits / n, "recall_at_5_with_also": lenient_hits / n, "mrr": rr / n,
+        "questions": n,
+        "recall_at_5": hits / n,
+        "recall_at_5_with_also": lenient_hits / n,
+        "mrr": rr / n,
         "excerpt_shows_answer": excerpt_hits / with_answer if with_answer else None,
         "ask_ms_p50": 1e3 * statistics.median(latencies),
-        "_misses": misses, "_alias_misses": alias_misses, "_excerpt_misses": excerpt_misses,
+        "_misses": misses,
+        "_alias_misses": alias_misses,
+        "_excerpt_misses": excerpt_misses,
     }
 
 
@@ -123,10 +134,15 @@ def _print_eval(title: str, out: dict) -> None:
         if not key.startswith("_"):
             table.add_row(key, f"{value:.3f}" if isinstance(value, float) else str(value))
     console.print(table)
-    for key, head, cols in (("_misses", "misses (expected not in the top 5 documents)", ("question", "expected", "got")),
-                            ("_alias_misses", "facets the question set names but the alias parser missed",
-                             ("question", "expected", "parsed")),
-                            ("_excerpt_misses", "excerpts that do not show the answer", ("question", "answer", "excerpt"))):
+    for key, head, cols in (
+        ("_misses", "misses (expected not in the top 5 documents)", ("question", "expected", "got")),
+        (
+            "_alias_misses",
+            "facets the question set names but the alias parser missed",
+            ("question", "expected", "parsed"),
+        ),
+        ("_excerpt_misses", "excerpts that do not show the answer", ("question", "answer", "excerpt")),
+    ):
         if out.get(key):
             t = Table(title=head)
             for col in cols:
@@ -164,10 +180,26 @@ def quality(store_dir: Optional[Path] = None, k: int = 5) -> dict:
 
 # -- scale -----------------------------------------------------------------------------------------
 
-_OPS = ["layernorm", "rmsnorm", "softmax", "log_softmax", "cross_entropy", "swiglu", "geglu", "add_rmsnorm",
-        "row_sum", "matmul_epilogue"]
-_DEVICES = [("NVIDIA H100 80GB HBM3", "sm_90"), ("NVIDIA H200", "sm_90"), ("NVIDIA A100-SXM4-80GB", "sm_80"),
-            ("NVIDIA B200", "sm_100"), ("AMD Instinct MI300X", "gfx942"), ("AMD Instinct MI250X", "gfx90a")]
+_OPS = [
+    "layernorm",
+    "rmsnorm",
+    "softmax",
+    "log_softmax",
+    "cross_entropy",
+    "swiglu",
+    "geglu",
+    "add_rmsnorm",
+    "row_sum",
+    "matmul_epilogue",
+]
+_DEVICES = [
+    ("NVIDIA H100 80GB HBM3", "sm_90"),
+    ("NVIDIA H200", "sm_90"),
+    ("NVIDIA A100-SXM4-80GB", "sm_80"),
+    ("NVIDIA B200", "sm_100"),
+    ("AMD Instinct MI300X", "gfx942"),
+    ("AMD Instinct MI250X", "gfx90a"),
+]
 
 
 def _insert_synthetic_outcomes(store, n: int) -> None:
@@ -193,10 +225,12 @@ def _insert_synthetic_outcomes(store, n: int) -> None:
         con.execute(sql)
 
 
-_WORDS = ("block warp tile kernel memory bandwidth cache register shared load store mask reduction row "
-          "column program grid stage pipeline latency throughput tensor matrix vector scalar accumulate "
-          "precision overflow stable softmax norm gemm epilogue launch occupancy spill vectorize stride "
-          "contiguous persistent split swizzle group barrier atomic").split()
+_WORDS = (
+    "block warp tile kernel memory bandwidth cache register shared load store mask reduction row "
+    "column program grid stage pipeline latency throughput tensor matrix vector scalar accumulate "
+    "precision overflow stable softmax norm gemm epilogue launch occupancy spill vectorize stride "
+    "contiguous persistent split swizzle group barrier atomic"
+).split()
 
 
 def _insert_synthetic_chunks(store, n_chunks: int, per_doc: int = 100) -> None:
@@ -222,23 +256,32 @@ def _insert_synthetic_chunks(store, n_chunks: int, per_doc: int = 100) -> None:
     # Vectors for them in the embeddings cache, keyed as ingest keys them, which is where `ask`'s index
     # reads them from (random unit-ish vectors: the point is latency, not meaning).
     with store.db.transaction() as con:
-        con.execute(f"""
+        con.execute(
+            f"""
             INSERT OR IGNORE INTO embeddings
             SELECT ?, sha256(array_to_string(heading_path, ' > ') || chr(10) || text), 384,
                    list_transform(range(384), lambda j: ((hash(ordinal * 384 + j + length(chunk_id)) % 2001)::DOUBLE - 1000.0) / 1000.0)::FLOAT[],
                    '{now}'
-            FROM chunks WHERE document_id LIKE 'synthdoc%'""", [store.embedder.model_name])
+            FROM chunks WHERE document_id LIKE 'synthdoc%'""",
+            [store.embedder.model_name],
+        )
 
 
-def scale(n_chunks: int = 100_000, n_outcomes: int = 1_000_000, n_queries: int = 60,
-          store_dir: Optional[Path] = None) -> dict:
+def scale(
+    n_chunks: int = 100_000, n_outcomes: int = 1_000_000, n_queries: int = 60, store_dir: Optional[Path] = None
+) -> dict:
     from knowledge.ingest import ingest_builtin
     from knowledge.retrieve import ask
     from store import Store
 
     doc_questions = [json.loads(line)["question"] for line in QUESTIONS.read_text().splitlines() if line.strip()]
-    outcome_questions = ["what worked on MI300 for layernorm", "best rmsnorm on H100 in bf16", "softmax on A100",
-                         "what worked on AMD for cross entropy", "GEMM epilogue speedups on B200"]
+    outcome_questions = [
+        "what worked on MI300 for layernorm",
+        "best rmsnorm on H100 in bf16",
+        "softmax on A100",
+        "what worked on AMD for cross entropy",
+        "GEMM epilogue speedups on B200",
+    ]
     questions = []  # every fourth question asks about outcomes, the rest are the documents' question set
     for i, q in enumerate(doc_questions):
         questions.append(q)
@@ -296,10 +339,30 @@ def scale(n_chunks: int = 100_000, n_outcomes: int = 1_000_000, n_queries: int =
 # -- a fresh `kscout ask` on a warm store of vendor-style documents, and ingest throughput -------------
 
 _DEVICE_NAMES = ["MI300X", "MI250X", "H100", "H200", "A100", "B200", "MI355X", "n300", "Gaudi3", "MTIA"]
-_VENDOR_OF = {"MI300X": "amd", "MI250X": "amd", "MI355X": "amd", "H100": "nvidia", "H200": "nvidia", "A100": "nvidia",
-              "B200": "nvidia", "n300": "tenstorrent", "Gaudi3": "intel", "MTIA": "meta"}
-_TOPICS = ["memory hierarchy", "tuning guide", "programming model", "matrix cores", "collectives", "profiling",
-           "numerics", "launch overhead", "occupancy", "data types"]
+_VENDOR_OF = {
+    "MI300X": "amd",
+    "MI250X": "amd",
+    "MI355X": "amd",
+    "H100": "nvidia",
+    "H200": "nvidia",
+    "A100": "nvidia",
+    "B200": "nvidia",
+    "n300": "tenstorrent",
+    "Gaudi3": "intel",
+    "MTIA": "meta",
+}
+_TOPICS = [
+    "memory hierarchy",
+    "tuning guide",
+    "programming model",
+    "matrix cores",
+    "collectives",
+    "profiling",
+    "numerics",
+    "launch overhead",
+    "occupancy",
+    "data types",
+]
 
 
 def _paragraph_pool() -> list[str]:
@@ -325,9 +388,17 @@ def make_vendor_corpus(folder: Path, n_docs: int = 250, sections: int = 12, seed
     for i in range(n_docs):
         device = _DEVICE_NAMES[i % len(_DEVICE_NAMES)]
         topic = _TOPICS[(i // len(_DEVICE_NAMES)) % len(_TOPICS)]
-        lines = ["---", f"title: {device} {topic} ({i})", f"vendor: {_VENDOR_OF[device]}", f"devices: [{device}]",
-                 f"version: {6 + i % 3}.{i % 4}", "description: generated for the latency benchmark", "---",
-                 f"# {device} {topic}", ""]
+        lines = [
+            "---",
+            f"title: {device} {topic} ({i})",
+            f"vendor: {_VENDOR_OF[device]}",
+            f"devices: [{device}]",
+            f"version: {6 + i % 3}.{i % 4}",
+            "description: generated for the latency benchmark",
+            "---",
+            f"# {device} {topic}",
+            "",
+        ]
         for sec in range(sections):
             lines.append(f"## {topic.title()} part {sec + 1}")
             body = " ".join(rng.sample(pool, 2)).replace("H100", device)
@@ -339,13 +410,26 @@ def make_vendor_corpus(folder: Path, n_docs: int = 250, sections: int = 12, seed
 
 
 LATENCY_QUESTIONS = [
-    "how much shared memory per SM does an H100 have", "what worked on MI300 for layernorm",
-    "what failed for softmax on H200", "what is TMA", "good num_warps for an RMSNorm kernel on H200",
-    "how many compute units does the MI300X have", "what does waves_per_eu do", "HBM bandwidth of the B200",
-    "how do I avoid bank conflicts in LDS", "wavefront size on gfx942", "tolerance for bf16 layernorm",
-    "split-K for small GEMMs", "is fp8 supported on MI300X", "launch overhead of a Triton kernel",
-    "Infinity Cache size", "how many Tensix cores does a n300 have", "cross entropy with large vocab",
-    "persistent kernels on Hopper", "occupancy with 128 VGPRs", "what worked for rmsnorm on A100",
+    "how much shared memory per SM does an H100 have",
+    "what worked on MI300 for layernorm",
+    "what failed for softmax on H200",
+    "what is TMA",
+    "good num_warps for an RMSNorm kernel on H200",
+    "how many compute units does the MI300X have",
+    "what does waves_per_eu do",
+    "HBM bandwidth of the B200",
+    "how do I avoid bank conflicts in LDS",
+    "wavefront size on gfx942",
+    "tolerance for bf16 layernorm",
+    "split-K for small GEMMs",
+    "is fp8 supported on MI300X",
+    "launch overhead of a Triton kernel",
+    "Infinity Cache size",
+    "how many Tensix cores does a n300 have",
+    "cross entropy with large vocab",
+    "persistent kernels on Hopper",
+    "occupancy with 128 VGPRs",
+    "what worked for rmsnorm on A100",
 ]
 
 
@@ -381,8 +465,12 @@ def latency(n_docs: int = 250, sections: int = 12, n_questions: int = 20, store_
             out["index_build_s"] = time.perf_counter() - t0
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         cmd = [sys.executable, "-c", "from agent.cli import main; main()"]
-        subprocess.run(cmd + ["ask", "warm the page cache", "--store", str(home), "--json"], env=env,
-                       capture_output=True, check=True)
+        subprocess.run(
+            cmd + ["ask", "warm the page cache", "--store", str(home), "--json"],
+            env=env,
+            capture_output=True,
+            check=True,
+        )
         walls, cpus = [], []
         for q in LATENCY_QUESTIONS[:n_questions]:
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -396,11 +484,19 @@ def latency(n_docs: int = 250, sections: int = 12, n_questions: int = 20, store_
         walls.sort()
         cpus.sort()
         pct = lambda xs, p: xs[min(len(xs) - 1, int(round(p * (len(xs) - 1))))]  # noqa: E731
-        out.update({"ask_wall_s_p50": statistics.median(walls), "ask_wall_s_p95": pct(walls, 0.95),
-                    "ask_cpu_s_p50": statistics.median(cpus), "ask_cpu_s_p95": pct(cpus, 0.95),
-                    "load_average_1min": os.getloadavg()[0]})
-    table = Table(title=f"latency: {out['documents']} documents, {out['chunks']} chunks, "
-                        f"{len(walls)} fresh `kscout ask` processes")
+        out.update(
+            {
+                "ask_wall_s_p50": statistics.median(walls),
+                "ask_wall_s_p95": pct(walls, 0.95),
+                "ask_cpu_s_p50": statistics.median(cpus),
+                "ask_cpu_s_p95": pct(cpus, 0.95),
+                "load_average_1min": os.getloadavg()[0],
+            }
+        )
+    table = Table(
+        title=f"latency: {out['documents']} documents, {out['chunks']} chunks, "
+        f"{len(walls)} fresh `kscout ask` processes"
+    )
     for col in ("metric", "value"):
         table.add_column(col)
     for key, value in out.items():
@@ -414,12 +510,18 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("what", choices=("quality", "latency", "scale", "all"))
     parser.add_argument("--docs", type=int, default=250, help="latency: vendor-style pages to generate")
     parser.add_argument("--sections", type=int, default=12, help="latency: sections (about one chunk each) per page")
-    parser.add_argument("--store", type=Path, default=None, help="quality: reuse this store; scale: build it here (empty) and keep it")
+    parser.add_argument(
+        "--store", type=Path, default=None, help="quality: reuse this store; scale: build it here (empty) and keep it"
+    )
     parser.add_argument("--chunks", type=int, default=100_000)
     parser.add_argument("--outcomes", type=int, default=1_000_000)
     parser.add_argument("--queries", type=int, default=60)
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch threads for the embedding model (1 is faster on a loaded machine)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads for the embedding model (1 is faster on a loaded machine)",
+    )
     args = parser.parse_args(argv)
     if args.threads:
         import torch

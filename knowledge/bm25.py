@@ -73,8 +73,12 @@ class BM25Index:
 
     # -- persistence -------------------------------------------------------------------------------
     def arrays(self) -> dict[str, np.ndarray]:
-        return {"bm25_offsets": self.offsets, "bm25_rows": self.rows, "bm25_weights": self.weights,
-                "bm25_idf": self.idf}
+        return {
+            "bm25_offsets": self.offsets,
+            "bm25_rows": self.rows,
+            "bm25_weights": self.weights,
+            "bm25_idf": self.idf,
+        }
 
     @classmethod
     def from_arrays(cls, n: int, terms: list[str], arrays) -> "BM25Index":

@@ -42,7 +42,7 @@ def _split_long(paragraph: str, max_chars: int) -> list[str]:
         pieces = [p for p in re.split(sep, paragraph) if p.strip()]
         if len(pieces) > 1:
             return _pack(pieces, max_chars, joiner="\n" if sep == r"\n" else " ")
-    return [paragraph[i: i + max_chars] for i in range(0, len(paragraph), max_chars)]
+    return [paragraph[i : i + max_chars] for i in range(0, len(paragraph), max_chars)]
 
 
 def _pack(pieces: list[str], max_chars: int, joiner: str) -> list[str]:

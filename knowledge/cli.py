@@ -46,8 +46,10 @@ def _open_store(home: Optional[Path]):
 
     store = Store.open(home)
     if store.vector_repair_error:
-        _console(stderr=True).print(f"[yellow]warning:[/] vectors owed since a crash could not be written yet: "
-                                    f"{_esc(store.vector_repair_error)}")
+        _console(stderr=True).print(
+            f"[yellow]warning:[/] vectors owed since a crash could not be written yet: "
+            f"{_esc(store.vector_repair_error)}"
+        )
     return store
 
 
@@ -70,9 +72,15 @@ class _IngestProgress:
     def __enter__(self) -> "_IngestProgress":
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        self._bar = Progress(TextColumn("{task.fields[label]}"), BarColumn(), MofNCompleteColumn(),
-                             TimeElapsedColumn(), TextColumn("{task.description}"), console=_console(stderr=True),
-                             transient=True)
+        self._bar = Progress(
+            TextColumn("{task.fields[label]}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.description}"),
+            console=_console(stderr=True),
+            transient=True,
+        )
         self._bar.__enter__()
         if self.enabled:
             self._files = self._bar.add_task("", total=self.total_files, label=self.label)
@@ -133,12 +141,28 @@ def _needs_model(store, count: int) -> bool:
 def ingest_cmd(
     paths: Annotated[Optional[list[Path]], typer.Argument(help="Files or folders (recursive).")] = None,
     vendor: Annotated[Optional[str], typer.Option(help="Any vendor name (normalised: 'AMD Inc.' -> amd).")] = None,
-    device: Annotated[Optional[list[str]], typer.Option("--device", help="Device the documents describe (repeatable).")] = None,
-    source_url: Annotated[Optional[str], typer.Option("--source-url", help="The file's URL, or the URL a folder is published at (each file gets its own).")] = None,
+    device: Annotated[
+        Optional[list[str]], typer.Option("--device", help="Device the documents describe (repeatable).")
+    ] = None,
+    source_url: Annotated[
+        Optional[str],
+        typer.Option(
+            "--source-url", help="The file's URL, or the URL a folder is published at (each file gets its own)."
+        ),
+    ] = None,
     doc_version: Annotated[Optional[str], typer.Option("--doc-version")] = None,
     kind: Annotated[Optional[ChunkKind], typer.Option("--kind")] = None,
-    origin: Annotated[Optional[DocumentOrigin], typer.Option("--origin", help="vendor | project (your team's own notes and measurements) | external")] = None,
-    force: Annotated[bool, typer.Option("--force", help="Parse and write again even when the bytes are unchanged (unchanged text is not re-embedded).")] = False,
+    origin: Annotated[
+        Optional[DocumentOrigin],
+        typer.Option("--origin", help="vendor | project (your team's own notes and measurements) | external"),
+    ] = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Parse and write again even when the bytes are unchanged (unchanged text is not re-embedded).",
+        ),
+    ] = False,
     max_chunks: Annotated[int, typer.Option("--max-chunks", help="Keep at most this many chunks of one file.")] = 2000,
     builtin: Annotated[bool, typer.Option("--builtin", help="Load the shipped hwdocs.")] = False,
     store_dir: StoreOpt = None,
@@ -154,8 +178,16 @@ def ingest_cmd(
     missing = [str(p) for p in paths or () if not p.exists() and not p.is_symlink()]
     if paths and len(missing) == len(paths) and not builtin:  # nothing to read at all: bad input, exit 2
         raise KnowledgeError(f"no such file or folder: {', '.join(missing)}")
-    options = IngestOptions(vendor=vendor, devices=tuple(device or ()), source_url=source_url,
-                            doc_version=doc_version, kind=kind, origin=origin, force=force, max_chunks=max_chunks)
+    options = IngestOptions(
+        vendor=vendor,
+        devices=tuple(device or ()),
+        source_url=source_url,
+        doc_version=doc_version,
+        kind=kind,
+        origin=origin,
+        force=force,
+        max_chunks=max_chunks,
+    )
     if options.vendor:  # refuse a bad name before anything is read or written
         from knowledge.frontmatter import check_vendor
 
@@ -175,13 +207,17 @@ def ingest_cmd(
             for _, job in jobs:
                 reports.append(job(progress.on_file, progress.on_chunks))
         _refresh_index(store, [f for r in reports for f in r.files])
-    report = IngestReport(files=tuple(f for r in reports for f in r.files), duration_s=sum(r.duration_s for r in reports))
+    report = IngestReport(
+        files=tuple(f for r in reports for f in r.files), duration_s=sum(r.duration_s for r in reports)
+    )
     if as_json:
-        _emit_json({
-            "files": [f.model_dump(mode="json") for f in report.files],
-            "counts": {s.value: report.count(s) for s in FileStatus},
-            "duration_s": report.duration_s,
-        })
+        _emit_json(
+            {
+                "files": [f.model_dump(mode="json") for f in report.files],
+                "counts": {s.value: report.count(s) for s in FileStatus},
+                "duration_s": report.duration_s,
+            }
+        )
     else:
         console = _console()
         console.print(_report_table(report))
@@ -200,8 +236,9 @@ def ensure_shipped_docs(store) -> None:
     from knowledge.ingest import builtin_documents
     from knowledge.retrieve import load_builtin_if_empty
 
-    with _IngestProgress(len(builtin_documents()), label="first use: loading the shipped docs",
-                         always=True) as progress:
+    with _IngestProgress(
+        len(builtin_documents()), label="first use: loading the shipped docs", always=True
+    ) as progress:
         if store.vectors_enabled:
             progress.loading_model(store)
         load_builtin_if_empty(store, progress.on_file, progress.on_chunks)
@@ -239,18 +276,31 @@ def docs_cmd(store_dir: StoreOpt = None, as_json: JsonOpt = False) -> None:
     documents = sorted(documents, key=lambda d: (not d.builtin, d.title.lower()))
     vendors, devices = catalogue(documents)
     if as_json:
-        _emit_json({"documents": [d.model_dump(mode="json") for d in documents],
-                    "vendors": vendors, "devices": devices})
+        _emit_json(
+            {"documents": [d.model_dump(mode="json") for d in documents], "vendors": vendors, "devices": devices}
+        )
         return
     table = Table(title=f"{len(documents)} document(s)")
     for col in ("document", "origin, kind, vendor, version", "devices", "url, sha256, ingested"):
         table.add_column(col, overflow="fold")
     for d in documents:
         facts = ", ".join(x for x in (d.origin.value, d.kind.value, d.vendor, d.doc_version) if x)
-        prov = "\n".join(x for x in (d.source_url, f"sha256 {d.sha256[:12]}", d.ingested_at[:19],
-                                     f"retagged {d.retagged_at[:19]}" if d.retagged_at else None) if x)
-        table.add_row(f"{_esc(d.title)}\n[dim]{_esc(d.source)} ({d.document_id})[/]", _esc(facts),
-                      _esc(", ".join(d.devices)), _esc(prov))
+        prov = "\n".join(
+            x
+            for x in (
+                d.source_url,
+                f"sha256 {d.sha256[:12]}",
+                d.ingested_at[:19],
+                f"retagged {d.retagged_at[:19]}" if d.retagged_at else None,
+            )
+            if x
+        )
+        table.add_row(
+            f"{_esc(d.title)}\n[dim]{_esc(d.source)} ({d.document_id})[/]",
+            _esc(facts),
+            _esc(", ".join(d.devices)),
+            _esc(prov),
+        )
     console = _console()
     console.print(table)
     console.print("vendors: " + (", ".join(f"{_esc(v)} ({n})" for v, n in vendors.items()) or "none"))
@@ -281,8 +331,12 @@ def reindex_cmd(store_dir: StoreOpt = None, as_json: JsonOpt = False) -> None:
 def retag_cmd(
     documents: Annotated[list[str], typer.Argument(help="Document ids (a unique prefix), file paths or file names.")],
     vendor: Annotated[Optional[str], typer.Option(help="The vendor (any name, normalised).")] = None,
-    device: Annotated[Optional[list[str]], typer.Option("--device", help="Devices (repeatable); replaces the list.")] = None,
-    no_devices: Annotated[bool, typer.Option("--no-devices", help="The documents name no device (apply to all).")] = False,
+    device: Annotated[
+        Optional[list[str]], typer.Option("--device", help="Devices (repeatable); replaces the list.")
+    ] = None,
+    no_devices: Annotated[
+        bool, typer.Option("--no-devices", help="The documents name no device (apply to all).")
+    ] = False,
     source_url: Annotated[Optional[str], typer.Option("--source-url")] = None,
     doc_version: Annotated[Optional[str], typer.Option("--doc-version")] = None,
     kind: Annotated[Optional[ChunkKind], typer.Option("--kind")] = None,
@@ -293,18 +347,32 @@ def retag_cmd(
     """Correct documents' provenance in place: rows and vector metadata change, nothing is re-embedded."""
     from knowledge.manage import RetagChanges, retag
 
-    changes = RetagChanges(vendor=vendor, devices=tuple(device) if device else (() if no_devices else None),
-                           source_url=source_url, doc_version=doc_version, kind=kind, origin=origin)
+    changes = RetagChanges(
+        vendor=vendor,
+        devices=tuple(device) if device else (() if no_devices else None),
+        source_url=source_url,
+        doc_version=doc_version,
+        kind=kind,
+        origin=origin,
+    )
     with _open_store(store_dir) as store:
         results = [retag(store, ref, changes) for ref in documents]
         _refresh_index(store)
     if as_json:
-        _emit_json({"documents": [{"document_id": d.document_id, "status": s, "document": d.model_dump(mode="json")}
-                                  for d, s in results]})
+        _emit_json(
+            {
+                "documents": [
+                    {"document_id": d.document_id, "status": s, "document": d.model_dump(mode="json")}
+                    for d, s in results
+                ]
+            }
+        )
         return
     for d, status in results:
-        _console().print(f"{status}: {_esc(d.title)} ({d.document_id}) vendor={d.vendor} devices={list(d.devices)} "
-                         f"version={d.doc_version} origin={d.origin.value}")
+        _console().print(
+            f"{status}: {_esc(d.title)} ({d.document_id}) vendor={d.vendor} devices={list(d.devices)} "
+            f"version={d.doc_version} origin={d.origin.value}"
+        )
 
 
 def forget_cmd(

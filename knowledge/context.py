@@ -104,16 +104,20 @@ def _outcome_item(o: OutcomeRecord) -> ContextItem:
         result = "speedup not measured"
     else:
         result = f"{_fmt(o.speedup)}x vs {o.baseline} [{_fmt(o.speedup_low)}, {_fmt(o.speedup_high)}]"
-    text = (f"{o.transformation} ({o.status}, {o.dtype}, {o.shape_bucket}): {result}; "
-            f"triton {o.triton_version}. {o.summary}")
-    return ContextItem(section="outcome", text=text, source=f"outcome {o.outcome_id} on {o.device_name}",
-                       ref_id=o.outcome_id)
+    text = (
+        f"{o.transformation} ({o.status}, {o.dtype}, {o.shape_bucket}): {result}; "
+        f"triton {o.triton_version}. {o.summary}"
+    )
+    return ContextItem(
+        section="outcome", text=text, source=f"outcome {o.outcome_id} on {o.device_name}", ref_id=o.outcome_id
+    )
 
 
 def _failure_item(f: FailurePattern) -> ContextItem:
     text = f"{f.stage}/{f.error_class} seen {f.count}x: {f.message_shape}"
-    return ContextItem(section="failure", text=text, source=f"failure pattern {f.signature[:12]} on {f.arch}",
-                       ref_id=f.signature)
+    return ContextItem(
+        section="failure", text=text, source=f"failure pattern {f.signature[:12]} on {f.arch}", ref_id=f.signature
+    )
 
 
 def _truncate(item: ContextItem, max_text_chars: int) -> Optional[ContextItem]:
@@ -167,7 +171,9 @@ def _best_hints(store, outcomes: list[OutcomeRecord], limit: int = 3) -> tuple[d
     return tuple(hints)
 
 
-def build_context(store, problem: ProblemInfo, device_name: str, arch: str, token_budget: int = 2000) -> KnowledgeContext:
+def build_context(
+    store, problem: ProblemInfo, device_name: str, arch: str, token_budget: int = 2000
+) -> KnowledgeContext:
     if token_budget < 0:
         raise RetrievalError(f"token_budget must be >= 0, got {token_budget}")
     op = problem.op_family
@@ -178,37 +184,78 @@ def build_context(store, problem: ProblemInfo, device_name: str, arch: str, toke
     facets = QueryFacets(devices=devices, ops=(op,))
     device_label = devices[0] if devices else device_name
 
-    hw_docs = {d for d, doc in corpus.documents.items()
-               if doc.kind is ChunkKind.hardware and corpus.doc_devices[d] & {x.upper() for x in devices}}
-    hardware = rank_chunks(store, corpus, f"tuning Triton {op} kernels on {device_label}: memory bandwidth, "
-                           f"block sizes, num_warps", facets, k=6, only_docs=hw_docs, max_per_document=6) if hw_docs else []
+    hw_docs = {
+        d
+        for d, doc in corpus.documents.items()
+        if doc.kind is ChunkKind.hardware and corpus.doc_devices[d] & {x.upper() for x in devices}
+    }
+    hardware = (
+        rank_chunks(
+            store,
+            corpus,
+            f"tuning Triton {op} kernels on {device_label}: memory bandwidth, block sizes, num_warps",
+            facets,
+            k=6,
+            only_docs=hw_docs,
+            max_per_document=6,
+        )
+        if hw_docs
+        else []
+    )
 
     related = set(op_with_relatives(op))
-    constraint_docs = {d for d, doc in corpus.documents.items()
-                       if doc.kind is ChunkKind.constraint and corpus.doc_ops[d] & related}
-    constraints = rank_chunks(store, corpus, f"{op} numerics and correctness",
-                              QueryFacets(ops=(op,)), k=6, only_docs=constraint_docs,
-                              max_per_document=3) if constraint_docs else []
+    constraint_docs = {
+        d for d, doc in corpus.documents.items() if doc.kind is ChunkKind.constraint and corpus.doc_ops[d] & related
+    }
+    constraints = (
+        rank_chunks(
+            store,
+            corpus,
+            f"{op} numerics and correctness",
+            QueryFacets(ops=(op,)),
+            k=6,
+            only_docs=constraint_docs,
+            max_per_document=3,
+        )
+        if constraint_docs
+        else []
+    )
 
     with one_connection(store):
         same_arch = rank_outcomes(store.outcomes(op_family=op, arch=arch, limit=100))
         vendor = vendor_of_arch(arch)
-        same_vendor = [] if vendor is None else rank_outcomes(
-            o for o in store.outcomes(op_family=op, limit=500) if o.arch != arch and vendor_of_arch(o.arch) == vendor)
+        same_vendor = (
+            []
+            if vendor is None
+            else rank_outcomes(
+                o
+                for o in store.outcomes(op_family=op, limit=500)
+                if o.arch != arch and vendor_of_arch(o.arch) == vendor
+            )
+        )
         failures = store.failure_patterns(op_family=op, arch=arch, limit=10)
         hints = _best_hints(store, same_arch)
 
     pools = {
         "outcome": [_outcome_item(o) for o in same_arch[:8] + same_vendor[:4]],
         "failure": [_failure_item(f) for f in failures],
-        "hardware": [ContextItem(section="hardware", text=_doc_text(h), source=_doc_source(h), ref_id=h.chunk_id)
-                     for h in hardware],
-        "constraint": [ContextItem(section="constraint", text=_doc_text(h), source=_doc_source(h), ref_id=h.chunk_id)
-                       for h in constraints],
+        "hardware": [
+            ContextItem(section="hardware", text=_doc_text(h), source=_doc_source(h), ref_id=h.chunk_id)
+            for h in hardware
+        ],
+        "constraint": [
+            ContextItem(section="constraint", text=_doc_text(h), source=_doc_source(h), ref_id=h.chunk_id)
+            for h in constraints
+        ],
     }
     items, dropped = _fit(pools, token_budget * 4, op, device_name, arch)
-    return KnowledgeContext(op_family=op, device_name=device_name, arch=arch, devices=devices,
-                            token_budget=token_budget, items=tuple(items), dropped=dropped,
-                            hints=hints)
-
-
+    return KnowledgeContext(
+        op_family=op,
+        device_name=device_name,
+        arch=arch,
+        devices=devices,
+        token_budget=token_budget,
+        items=tuple(items),
+        dropped=dropped,
+        hints=hints,
+    )

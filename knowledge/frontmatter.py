@@ -30,8 +30,13 @@ KNOWN_KEYS = _SCALAR_KEYS + _LIST_KEYS
 REQUIRED_KEYS = ("title", "kind", "sources")
 # Other spellings of our keys that documents written elsewhere use.
 _KEY_ALIASES = {
-    "device": "devices", "ops": "op_families", "op_family": "op_families", "version": "doc_version",
-    "source": "sources", "source_url": "sources", "url": "sources",
+    "device": "devices",
+    "ops": "op_families",
+    "op_family": "op_families",
+    "version": "doc_version",
+    "source": "sources",
+    "source_url": "sources",
+    "url": "sources",
 }
 
 
@@ -89,7 +94,7 @@ def split_front_matter(text: str) -> tuple[Optional[FrontMatter], str]:
     except StopIteration:
         raise FrontMatterError("header opened with '---' on line 1 is never closed by a '---' line") from None
     raw = "\n".join(lines[1:end])
-    body = "\n".join(lines[end + 1:])
+    body = "\n".join(lines[end + 1 :])
     if not raw.strip():
         return FrontMatter(), body
     yaml, loader = _loader()
@@ -101,8 +106,9 @@ def split_front_matter(text: str) -> tuple[Optional[FrontMatter], str]:
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise FrontMatterError(f"{where}not valid YAML ({problem}); expected 'key: value' lines") from None
     if not isinstance(values, dict):
-        raise FrontMatterError("header: expected 'key: value' lines (a YAML mapping), got "
-                               f"{type(values).__name__} {str(values)[:60]!r}")
+        raise FrontMatterError(
+            f"header: expected 'key: value' lines (a YAML mapping), got {type(values).__name__} {str(values)[:60]!r}"
+        )
     return _validated(values), body
 
 
@@ -115,7 +121,7 @@ def _as_list(key: str, value: Any) -> tuple[str, ...]:
             if isinstance(v, dict) and len(v) == 1:
                 # "[Smith et al. MTIA: first silicon]": YAML reads an item holding ": " as a one-key
                 # mapping; the author wrote text, so it is read back as the text.
-                (k, val), = v.items()
+                ((k, val),) = v.items()
                 v = f"{k}: {val}" if val not in (None, "") else str(k)
             elif isinstance(v, (dict, list)):
                 raise FrontMatterError(f"header: {key} must be a list of names, got a nested {type(v).__name__}")

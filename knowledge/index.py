@@ -43,15 +43,23 @@ def signature(documents: Sequence[Document], model_name: str) -> str:
 class Corpus:
     """Every chunk of the store with its document, its vector and the BM25 index over the texts."""
 
-    def __init__(self, documents: Sequence[Document], chunks: Sequence[Chunk], vectors: np.ndarray,
-                 has_vector: np.ndarray, bm25: BM25Index, sig: str) -> None:
+    def __init__(
+        self,
+        documents: Sequence[Document],
+        chunks: Sequence[Chunk],
+        vectors: np.ndarray,
+        has_vector: np.ndarray,
+        bm25: BM25Index,
+        sig: str,
+    ) -> None:
         self.signature = sig
         self.documents = {d.document_id: d for d in documents}
         self.chunks = [c for c in chunks if c.document_id in self.documents]
         self.row_of = {c.chunk_id: i for i, c in enumerate(self.chunks)}
         self.doc_ordinal = {d: i for i, d in enumerate(self.documents)}
-        self.chunk_doc = np.fromiter((self.doc_ordinal[c.document_id] for c in self.chunks), dtype=np.int64,
-                                     count=len(self.chunks))
+        self.chunk_doc = np.fromiter(
+            (self.doc_ordinal[c.document_id] for c in self.chunks), dtype=np.int64, count=len(self.chunks)
+        )
         self.vectors = vectors
         self.has_vector = has_vector
         self.imported: dict = {}  # document id -> Provenance, for documents imported from another store
@@ -110,12 +118,28 @@ def save(store, corpus: Corpus) -> None:
     tmp_npz = npz.with_name(f"{npz.name}.{os.getpid()}.tmp.npz")
     tmp_meta = meta.with_name(f"{meta.name}.{os.getpid()}.tmp")
     np.savez(tmp_npz, vectors=corpus.vectors, has_vector=corpus.has_vector, **corpus.bm25.arrays())
-    tmp_meta.write_text(json.dumps({
-        "signature": corpus.signature,
-        "terms": corpus.bm25.terms,
-        "chunks": [[c.chunk_id, c.document_id, c.ordinal, list(c.heading_path), c.text, c.kind.value, c.text_sha256,
-                    c.anchor] for c in corpus.chunks],
-    }, ensure_ascii=False))
+    tmp_meta.write_text(
+        json.dumps(
+            {
+                "signature": corpus.signature,
+                "terms": corpus.bm25.terms,
+                "chunks": [
+                    [
+                        c.chunk_id,
+                        c.document_id,
+                        c.ordinal,
+                        list(c.heading_path),
+                        c.text,
+                        c.kind.value,
+                        c.text_sha256,
+                        c.anchor,
+                    ]
+                    for c in corpus.chunks
+                ],
+            },
+            ensure_ascii=False,
+        )
+    )
     os.replace(tmp_npz, npz)  # the signature lives in the JSON, written last: a torn pair never matches
     os.replace(tmp_meta, meta)
 
@@ -131,9 +155,19 @@ def load(store, documents: Sequence[Document], sig: str) -> Optional[Corpus]:
         # Rows this module wrote from validated Chunks: rebuilt without validating again (which cost
         # ~80 ms for 3,000 chunks, a tenth of a fresh `kscout ask`).
         kinds = {k.value: k for k in ChunkKind}
-        chunks = [Chunk.model_construct(chunk_id=r[0], document_id=r[1], ordinal=r[2], heading_path=tuple(r[3]),
-                                        text=r[4], kind=kinds[r[5]], text_sha256=r[6], anchor=r[7])
-                  for r in data["chunks"]]
+        chunks = [
+            Chunk.model_construct(
+                chunk_id=r[0],
+                document_id=r[1],
+                ordinal=r[2],
+                heading_path=tuple(r[3]),
+                text=r[4],
+                kind=kinds[r[5]],
+                text_sha256=r[6],
+                anchor=r[7],
+            )
+            for r in data["chunks"]
+        ]
         if len(chunks) != arrays["vectors"].shape[0]:
             return None
         bm25 = BM25Index.from_arrays(len(chunks), data["terms"], arrays)
@@ -164,8 +198,9 @@ def corpus_for(store, documents: Optional[Sequence[Document]] = None) -> Corpus:
     return corpus
 
 
-def search_vectors(corpus: Corpus, query_vector: Optional[Sequence[float]], allowed: Optional[np.ndarray],
-                   n: int) -> list[tuple[int, float]]:
+def search_vectors(
+    corpus: Corpus, query_vector: Optional[Sequence[float]], allowed: Optional[np.ndarray], n: int
+) -> list[tuple[int, float]]:
     """(row, cosine similarity) of the n nearest chunks among allowed rows that have a vector."""
     if query_vector is None or not len(corpus.chunks):
         return []

@@ -114,7 +114,9 @@ def _read(path: Path) -> bytes:
     except OSError as exc:
         raise IngestError(f"cannot stat: {exc.strerror or exc}") from None
     if not stat.S_ISREG(st.st_mode):
-        kind = "FIFO" if stat.S_ISFIFO(st.st_mode) else "socket" if stat.S_ISSOCK(st.st_mode) else "device or special file"
+        kind = (
+            "FIFO" if stat.S_ISFIFO(st.st_mode) else "socket" if stat.S_ISSOCK(st.st_mode) else "device or special file"
+        )
         raise IngestError(f"not a regular file ({kind})")
     if st.st_size > MAX_FILE_BYTES:
         raise IngestError(f"file too large ({st.st_size} bytes > {MAX_FILE_BYTES})")
@@ -175,8 +177,11 @@ def build_document(
         vendors = {DEVICE_VENDOR.get(d) for name in devices for d in canonical_devices(name)}
         vendor = vendors.pop() if len(vendors) == 1 and None not in vendors else None
     kind = (header.kind if header else None) or options.kind or ChunkKind.hardware
-    origin = (header.origin if header else None) or options.origin or (
-        DocumentOrigin.vendor if vendor not in (None, "generic") else DocumentOrigin.external)
+    origin = (
+        (header.origin if header else None)
+        or options.origin
+        or (DocumentOrigin.vendor if vendor not in (None, "generic") else DocumentOrigin.external)
+    )
     metadata = dict(header.metadata) if header else {}
     if header and header.measurements:
         metadata["measurements"] = header.measurements
@@ -210,8 +215,10 @@ def build_document(
     )
     drafts = chunk_blocks(parsed.blocks, title=title)
     if len(drafts) > options.max_chunks:
-        notes.append(f"capped at {options.max_chunks} chunks: the first {options.max_chunks} of "
-                     f"{len(drafts)} are kept (raise --max-chunks, or split the file)")
+        notes.append(
+            f"capped at {options.max_chunks} chunks: the first {options.max_chunks} of "
+            f"{len(drafts)} are kept (raise --max-chunks, or split the file)"
+        )
         drafts = drafts[: options.max_chunks]
     chunks = [
         Chunk(
@@ -264,24 +271,34 @@ class _Batch:
         if parsed:
             label = parsed[0][0] if len(parsed) == 1 else f"{len(parsed)} files"
             progress = (lambda done, total: self.on_chunks(label, done, total)) if self.on_chunks else None
-            got = self.store.upsert_documents([(e[0], e[1]) for _, e in parsed], force=self.force,
-                                              on_progress=progress)
+            got = self.store.upsert_documents([(e[0], e[1]) for _, e in parsed], force=self.force, on_progress=progress)
             statuses = {id(e): status for (_, e), status in zip(parsed, got)}
         for name, e in self.entries:
             if isinstance(e, FileResult):
                 result = e
             else:
                 doc, chunks, notes = e
-                result = FileResult(path=name, status=FileStatus(statuses[id(e)]), chunks=len(chunks),
-                                    document_id=doc.document_id, title=doc.title, notes=notes)
+                result = FileResult(
+                    path=name,
+                    status=FileStatus(statuses[id(e)]),
+                    chunks=len(chunks),
+                    document_id=doc.document_id,
+                    title=doc.title,
+                    notes=notes,
+                )
             self.results.append(result)
             if self.on_file:
                 self.on_file(len(self.results), self.total, result)
         self.entries = []
 
 
-def ingest_files(store, items: Sequence[_Item], options: IngestOptions, on_file: Optional[OnFile] = None,
-                 on_chunks: Optional[OnChunks] = None) -> IngestReport:
+def ingest_files(
+    store,
+    items: Sequence[_Item],
+    options: IngestOptions,
+    on_file: Optional[OnFile] = None,
+    on_chunks: Optional[OnChunks] = None,
+) -> IngestReport:
     started = time.perf_counter()
     if options.vendor:
         options = options.model_copy(update={"vendor": check_vendor(options.vendor)})
@@ -297,14 +314,26 @@ def ingest_files(store, items: Sequence[_Item], options: IngestOptions, on_file:
             continue
         path = item.path
         resolved = os.path.realpath(path)
-        batch.add(str(path), lambda p=path: _read(p), path=path, source=resolved, identity=f"file:{resolved}",
-                  options=options, relative=item.relative)
+        batch.add(
+            str(path),
+            lambda p=path: _read(p),
+            path=path,
+            source=resolved,
+            identity=f"file:{resolved}",
+            options=options,
+            relative=item.relative,
+        )
     batch.flush()
     return IngestReport(files=tuple(batch.results), duration_s=time.perf_counter() - started)
 
 
-def ingest_paths(store, paths: Sequence[Path], options: IngestOptions = IngestOptions(),
-                 on_file: Optional[OnFile] = None, on_chunks: Optional[OnChunks] = None) -> IngestReport:
+def ingest_paths(
+    store,
+    paths: Sequence[Path],
+    options: IngestOptions = IngestOptions(),
+    on_file: Optional[OnFile] = None,
+    on_chunks: Optional[OnChunks] = None,
+) -> IngestReport:
     return ingest_files(store, discover([Path(p) for p in paths]), options, on_file, on_chunks)
 
 
@@ -313,18 +342,27 @@ def builtin_documents() -> list:
     from importlib import resources
 
     root = resources.files("hwdocs")
-    return sorted((e for e in root.iterdir() if e.name.endswith(".md") and not e.name.startswith(".")),
-                  key=lambda e: e.name)
+    return sorted(
+        (e for e in root.iterdir() if e.name.endswith(".md") and not e.name.startswith(".")), key=lambda e: e.name
+    )
 
 
-def ingest_builtin(store, on_file: Optional[OnFile] = None, on_chunks: Optional[OnChunks] = None,
-                   force: bool = False) -> IngestReport:
+def ingest_builtin(
+    store, on_file: Optional[OnFile] = None, on_chunks: Optional[OnChunks] = None, force: bool = False
+) -> IngestReport:
     started = time.perf_counter()
     entries = builtin_documents()
     batch = _Batch(store, force, on_file, on_chunks, len(entries))
     for entry in entries:
         source = f"hwdocs/{entry.name}"
-        batch.add(source, entry.read_bytes, path=Path(entry.name), source=source, identity=f"builtin:{source}",
-                  options=IngestOptions(), builtin=True)
+        batch.add(
+            source,
+            entry.read_bytes,
+            path=Path(entry.name),
+            source=source,
+            identity=f"builtin:{source}",
+            options=IngestOptions(),
+            builtin=True,
+        )
     batch.flush()
     return IngestReport(files=tuple(batch.results), duration_s=time.perf_counter() - started)

@@ -56,8 +56,9 @@ def resolve_document(store, ref: str) -> Document:
 def retag(store, ref: str, changes: RetagChanges) -> tuple[Document, str]:
     """Apply `changes` to one document without reading its file again; returns it and the store's status."""
     if changes.is_empty():
-        raise KnowledgeError("nothing to change: give --vendor, --device, --no-devices, --source-url, "
-                             "--doc-version, --kind or --origin")
+        raise KnowledgeError(
+            "nothing to change: give --vendor, --device, --no-devices, --source-url, --doc-version, --kind or --origin"
+        )
     doc = resolve_document(store, ref)
     update: dict = {}
     if changes.vendor is not None:

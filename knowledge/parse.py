@@ -88,8 +88,10 @@ def parse_bytes(path: Path, data: bytes) -> ParsedDoc:
             doc = ParsedDoc("markdown", _first_h1(blocks), header, blocks, header.notes if header else ())
         elif fmt == "rst":
             if len(data) > MAX_RST_BYTES:
-                note = (f"reStructuredText of {len(data) / 1e6:.1f} MB is over the {MAX_RST_BYTES // 2**20} MB "
-                        "docutils limit: read as plain paragraphs")
+                note = (
+                    f"reStructuredText of {len(data) / 1e6:.1f} MB is over the {MAX_RST_BYTES // 2**20} MB "
+                    "docutils limit: read as plain paragraphs"
+                )
                 doc = ParsedDoc("text", None, None, _paragraph_blocks(text), (note,))
             else:
                 from knowledge.rst import parse_rst
@@ -125,11 +127,29 @@ _OPTION_LINE = re.compile(r"^\s*:[\w-]+:(\s.*)?$")
 _TABLE_SEP = re.compile(r"^\s*\|?\s*:?-{2,}:?\s*(\|\s*:?-{2,}:?\s*)*\|?\s*$")
 _HTML_COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
 _MYST_CODE = {"code-block", "code", "code-cell", "sourcecode"}
-_MYST_DROPPED = {"toctree", "include", "literalinclude", "image", "figure", "raw", "index", "mermaid",
-                 "glossary", "bibliography"}
-_ADMONITIONS = {"note": "Note", "warning": "Warning", "tip": "Tip", "important": "Important",
-                "caution": "Caution", "attention": "Attention", "danger": "Danger", "hint": "Hint",
-                "seealso": "See also"}
+_MYST_DROPPED = {
+    "toctree",
+    "include",
+    "literalinclude",
+    "image",
+    "figure",
+    "raw",
+    "index",
+    "mermaid",
+    "glossary",
+    "bibliography",
+}
+_ADMONITIONS = {
+    "note": "Note",
+    "warning": "Warning",
+    "tip": "Tip",
+    "important": "Important",
+    "caution": "Caution",
+    "attention": "Attention",
+    "danger": "Danger",
+    "hint": "Hint",
+    "seealso": "See also",
+}
 
 
 def _myst_role_text(match: re.Match) -> str:
@@ -212,8 +232,13 @@ def markdown_blocks(body: str) -> list[Block]:
             continue
         if fm:
             fence, info = fm.group(2), fm.group(3).strip()
-            if stack and stack[-1][1] == "open" and not info and fence[0] == stack[-1][0][0] \
-                    and len(fence) >= len(stack[-1][0]):
+            if (
+                stack
+                and stack[-1][1] == "open"
+                and not info
+                and fence[0] == stack[-1][0][0]
+                and len(fence) >= len(stack[-1][0])
+            ):
                 flush()
                 stack.pop()  # closing a MyST container
                 continue
@@ -266,10 +291,39 @@ class _HTMLToBlocks(HTMLParser):
     header row, <pre> keeps its lines, navigation and page chrome are dropped. When the page marks its
     content (<main>, <article>, role="main"), only that content is kept."""
 
-    _SKIP = {"script", "style", "noscript", "template", "svg", "head", "nav", "aside", "footer", "form",
-             "button", "select"}
-    _BREAK = {"p", "div", "section", "article", "li", "ul", "ol", "br", "blockquote", "dt", "dd", "header",
-              "main", "hr", "figure", "figcaption", "dl"}
+    _SKIP = {
+        "script",
+        "style",
+        "noscript",
+        "template",
+        "svg",
+        "head",
+        "nav",
+        "aside",
+        "footer",
+        "form",
+        "button",
+        "select",
+    }
+    _BREAK = {
+        "p",
+        "div",
+        "section",
+        "article",
+        "li",
+        "ul",
+        "ol",
+        "br",
+        "blockquote",
+        "dt",
+        "dd",
+        "header",
+        "main",
+        "hr",
+        "figure",
+        "figcaption",
+        "dl",
+    }
     _HEADINGS = {"h1": 1, "h2": 2, "h3": 3, "h4": 4, "h5": 5, "h6": 6}
 
     def __init__(self) -> None:

@@ -133,8 +133,11 @@ class AskResult(Record):
             "intent": self.intent,
             "facets": self.facets.model_dump(mode="json"),
             "outcomes": [o.model_dump(mode="json") for o in self.outcomes],
-            "outcome_provenance": {h.outcome.outcome_id: h.imported_from.model_dump(mode="json")
-                                   for h in self.outcome_hits if h.imported_from},
+            "outcome_provenance": {
+                h.outcome.outcome_id: h.imported_from.model_dump(mode="json")
+                for h in self.outcome_hits
+                if h.imported_from
+            },
             "failure_patterns": [f.model_dump(mode="json") for f in self.failures],
             "documents": [d.model_dump(mode="json") for d in self.documents],
         }

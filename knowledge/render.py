@@ -36,8 +36,13 @@ def _who(doc: DocumentHit) -> str:
 
 def render_answer(console, result: AskResult) -> None:
     f = result.facets
-    console.print(esc(f"intent={result.intent} devices={list(f.devices)} ops={list(f.ops)} "
-                      f"vendors={list(f.vendors)} dtypes={list(f.dtypes)}"), style="dim")
+    console.print(
+        esc(
+            f"intent={result.intent} devices={list(f.devices)} ops={list(f.ops)} "
+            f"vendors={list(f.vendors)} dtypes={list(f.dtypes)}"
+        ),
+        style="dim",
+    )
     if result.failure_hits:
         table = Table(title="failure patterns")
         for col in ("stage / error", "seen", "message shape", "where", "whose"):
@@ -45,29 +50,40 @@ def render_answer(console, result: AskResult) -> None:
         for h in result.failure_hits:
             p = h.failure
             whose = h.imported_from.label() if h.imported_from else "this store"
-            table.add_row(esc(f"{p.stage} / {p.error_class}"), f"{p.count}x, last {p.last_seen[:10]}",
-                          esc(p.message_shape), esc(f"{p.op_family} on {p.arch}"), esc(whose))
+            table.add_row(
+                esc(f"{p.stage} / {p.error_class}"),
+                f"{p.count}x, last {p.last_seen[:10]}",
+                esc(p.message_shape),
+                esc(f"{p.op_family} on {p.arch}"),
+                esc(whose),
+            )
         console.print(table)
     if result.outcome_hits:
-        title = {"worked": "what worked (significant speedups only)",
-                 "failed": "failed or slower outcomes"}.get(result.intent, "outcomes")
+        title = {"worked": "what worked (significant speedups only)", "failed": "failed or slower outcomes"}.get(
+            result.intent, "outcomes"
+        )
         table = Table(title=title)
         for col in ("tried", "result", "where", "when, versions", "measured by", "evidence"):
             table.add_column(col, overflow="fold")
         for h in result.outcome_hits:
             o = h.outcome
-            result_text = f"{_speed(o)} vs {o.baseline}, {o.status}" + ("" if h.significant or o.speedup is None
-                                                                         else " (not significant)")
+            result_text = f"{_speed(o)} vs {o.baseline}, {o.status}" + (
+                "" if h.significant or o.speedup is None else " (not significant)"
+            )
             where = f"{o.op_family} on {o.device_name} ({o.arch}), {o.dtype}, {o.shape_bucket}"
             when = f"{o.created_at[:10]}, triton {o.triton_version}, torch {o.torch_version}" + (
-                f", driver {o.driver_version}" if o.driver_version else "")
+                f", driver {o.driver_version}" if o.driver_version else ""
+            )
             who = f"{h.imported_from.label()} (theirs)" if h.imported_from else "this store"
-            table.add_row(*(esc(x) for x in (o.transformation, result_text, where, when, who,
-                                              ", ".join(o.evidence_eval_ids))))
+            table.add_row(
+                *(esc(x) for x in (o.transformation, result_text, where, when, who, ", ".join(o.evidence_eval_ids)))
+            )
         console.print(table)
     elif f.ops:
-        console.print(f"[dim]no {'significant speedups' if result.intent == 'worked' else 'outcomes'} recorded "
-                      f"for this question[/]")
+        console.print(
+            f"[dim]no {'significant speedups' if result.intent == 'worked' else 'outcomes'} recorded "
+            f"for this question[/]"
+        )
     docs = Table(title="documents")
     for col in ("#", "document > section", "excerpt", "source"):
         docs.add_column(col, overflow="fold")

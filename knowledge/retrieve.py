@@ -46,8 +46,18 @@ from knowledge.intent import Intent, classify
 from knowledge.records import AskResult, DocumentHit, FailureHit, OutcomeHit, Provenance, QueryFacets
 from store.records import Chunk, Document, DocumentOrigin, FailurePattern, OutcomeRecord
 
-__all__ = ["ask", "rank_chunks", "rank_outcomes", "corpus_for", "resolve_facets", "load_builtin_if_empty",
-           "documents_or_builtin", "catalogue", "one_connection", "Corpus"]
+__all__ = [
+    "ask",
+    "rank_chunks",
+    "rank_outcomes",
+    "corpus_for",
+    "resolve_facets",
+    "load_builtin_if_empty",
+    "documents_or_builtin",
+    "catalogue",
+    "one_connection",
+    "Corpus",
+]
 
 CANDIDATES = 60
 VECTOR_WEIGHT = 0.4  # a plateau from 0.25 to 0.4 on both question sets (MRR 0.926-0.939 third-party, 0.938 shipped); 0.5: 0.901, 0.65: 0.856
@@ -61,7 +71,9 @@ EXCERPT_CHARS = 320
 # -- documents -------------------------------------------------------------------------------------
 
 
-def resolve_facets(question: str, corpus: Corpus, device: Optional[str] = None, op: Optional[str] = None) -> QueryFacets:
+def resolve_facets(
+    question: str, corpus: Corpus, device: Optional[str] = None, op: Optional[str] = None
+) -> QueryFacets:
     """The question's facets, with an explicit --device/--op taking the place of parsed ones."""
     facets = parse_query(question, extra_devices=corpus.extra_device_names)
     update: dict = {}
@@ -83,8 +95,9 @@ def _asked_vendors(corpus: Corpus, facets: QueryFacets) -> set[str]:
     return vendors
 
 
-def _doc_filter(corpus: Corpus, facets: QueryFacets, kinds: Optional[set] = None,
-                only_docs: Optional[set[str]] = None) -> tuple[set[str], set[str], set[str]]:
+def _doc_filter(
+    corpus: Corpus, facets: QueryFacets, kinds: Optional[set] = None, only_docs: Optional[set[str]] = None
+) -> tuple[set[str], set[str], set[str]]:
     """(allowed document ids, those matching the device or vendor, those matching the op)."""
     asked_devices = {d.upper() for d in facets.devices}
     asked_vendors = _asked_vendors(corpus, facets)
@@ -121,9 +134,18 @@ def _scaled(values: np.ndarray) -> np.ndarray:
     return (values - lo) / (hi - lo)
 
 
-def rank_chunks(store, corpus: Corpus, query: str, facets: QueryFacets, *, k: int,
-                kinds: Optional[set] = None, only_docs: Optional[set[str]] = None,
-                max_per_document: int = MAX_PER_DOCUMENT, query_vector=None) -> list[DocumentHit]:
+def rank_chunks(
+    store,
+    corpus: Corpus,
+    query: str,
+    facets: QueryFacets,
+    *,
+    k: int,
+    kinds: Optional[set] = None,
+    only_docs: Optional[set[str]] = None,
+    max_per_document: int = MAX_PER_DOCUMENT,
+    query_vector=None,
+) -> list[DocumentHit]:
     allowed, dev_match, op_match = _doc_filter(corpus, facets, kinds, only_docs)
     if not allowed or not corpus.chunks:
         return []
@@ -147,19 +169,25 @@ def rank_chunks(store, corpus: Corpus, query: str, facets: QueryFacets, *, k: in
         relevance = VECTOR_WEIGHT * _scaled(cos) + (1 - VECTOR_WEIGHT) * _scaled(bm_scores[rows])
     else:
         relevance = _scaled(bm_scores[rows])
-    boost = np.array([DEVICE_BOOST * (corpus.chunks[r].document_id in dev_match)
-                      + OP_BOOST * (corpus.chunks[r].document_id in op_match) for r in rows], dtype=np.float64)
+    boost = np.array(
+        [
+            DEVICE_BOOST * (corpus.chunks[r].document_id in dev_match)
+            + OP_BOOST * (corpus.chunks[r].document_id in op_match)
+            for r in rows
+        ],
+        dtype=np.float64,
+    )
     score = relevance + boost
     order = np.argsort(-score, kind="stable")
     ranked = [(float(score[i]), int(rows[i])) for i in order]
     leaders = {r for r in (vec[0][0] if vec else None, bm[0][0] if bm else None) if r is not None}
     chosen = _select(corpus, ranked, k, max_per_document, leaders)
-    return [_hit(corpus, row, s, vec_rank.get(row), bm_rank.get(row), dev_match, op_match, query)
-            for s, row in chosen]
+    return [_hit(corpus, row, s, vec_rank.get(row), bm_rank.get(row), dev_match, op_match, query) for s, row in chosen]
 
 
-def _select(corpus: Corpus, ranked: list[tuple[float, int]], k: int, cap: int,
-            leaders: set[int]) -> list[tuple[float, int]]:
+def _select(
+    corpus: Corpus, ranked: list[tuple[float, int]], k: int, cap: int, leaders: set[int]
+) -> list[tuple[float, int]]:
     """Best first, at most `cap` chunks a document; backfilled past the cap when fewer documents
     than k have anything; and the first chunk of each ranking always kept."""
     chosen: list[tuple[float, int]] = []
@@ -190,8 +218,11 @@ def _select(corpus: Corpus, ranked: list[tuple[float, int]], k: int, cap: int,
     return chosen[:k]
 
 
-_QUANTITY = re.compile(r"\b(how\s+(?:much|many|big|large|fast|wide)|size|capacity|bandwidth|number|count|"
-                       r"latency|throughput|clock|limit|max(?:imum)?|min(?:imum)?|per|peak)\b", re.IGNORECASE)
+_QUANTITY = re.compile(
+    r"\b(how\s+(?:much|many|big|large|fast|wide)|size|capacity|bandwidth|number|count|"
+    r"latency|throughput|clock|limit|max(?:imum)?|min(?:imum)?|per|peak)\b",
+    re.IGNORECASE,
+)
 _SENTENCE_END = re.compile(r"(?<=[.!?;])\s+(?=[A-Z0-9`(\"'])")
 _LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+")
 
@@ -304,13 +335,26 @@ def _hit(corpus: Corpus, row: int, score: float, vrank, brank, dev_match, op_mat
 
         measurements = json.loads(doc.metadata_json or "{}").get("measurements")
     return DocumentHit(
-        chunk_id=chunk.chunk_id, document_id=doc.document_id, title=doc.title,
-        heading_path=chunk.heading_path, kind=chunk.kind, text=chunk.text, source=doc.source,
-        source_url=doc.source_url, doc_version=doc.doc_version, vendor=doc.vendor, devices=doc.devices,
-        score=score, vector_rank=vrank, bm25_rank=brank,
-        matched_device=doc.document_id in dev_match, matched_op=doc.document_id in op_match,
-        excerpt=excerpt(chunk.text, query, corpus.bm25.term_idf), location=location(doc, chunk),
-        origin=doc.origin, measurements=measurements,
+        chunk_id=chunk.chunk_id,
+        document_id=doc.document_id,
+        title=doc.title,
+        heading_path=chunk.heading_path,
+        kind=chunk.kind,
+        text=chunk.text,
+        source=doc.source,
+        source_url=doc.source_url,
+        doc_version=doc.doc_version,
+        vendor=doc.vendor,
+        devices=doc.devices,
+        score=score,
+        vector_rank=vrank,
+        bm25_rank=brank,
+        matched_device=doc.document_id in dev_match,
+        matched_op=doc.document_id in op_match,
+        excerpt=excerpt(chunk.text, query, corpus.bm25.term_idf),
+        location=location(doc, chunk),
+        origin=doc.origin,
+        measurements=measurements,
         imported_from=corpus.imported.get(doc.document_id),
     )
 
@@ -338,8 +382,11 @@ def slower(o: OutcomeRecord) -> bool:
 def rank_outcomes(outcomes: Iterable[OutcomeRecord]) -> list[OutcomeRecord]:
     """Passed first, then the largest measured speedup, then the newest (unmeasured ones last)."""
     unique = {o.outcome_id: o for o in outcomes}
-    return sorted(unique.values(), key=lambda o: (o.status == "passed", o.speedup is not None,
-                                                  o.speedup or 0.0, o.created_at), reverse=True)
+    return sorted(
+        unique.values(),
+        key=lambda o: (o.status == "passed", o.speedup is not None, o.speedup or 0.0, o.created_at),
+        reverse=True,
+    )
 
 
 def _for_intent(outcomes: list[OutcomeRecord], intent: Intent) -> list[OutcomeRecord]:
@@ -353,8 +400,9 @@ def _for_intent(outcomes: list[OutcomeRecord], intent: Intent) -> list[OutcomeRe
     return rank_outcomes(unique)
 
 
-def search_outcomes(store, facets: QueryFacets, *, k: int, fetch: int = 200,
-                    intent: Intent = Intent.fact) -> list[OutcomeRecord]:
+def search_outcomes(
+    store, facets: QueryFacets, *, k: int, fetch: int = 200, intent: Intent = Intent.fact
+) -> list[OutcomeRecord]:
     if not facets.ops:
         return []  # a question that names no op or kernel is not asking about measurements
     asked_devices = {d.upper() for d in facets.devices}
@@ -449,8 +497,13 @@ def ask(store, question: str, *, device: Optional[str] = None, op: Optional[str]
         o_prov = _provenance(store, "outcomes", [o.outcome_id for o in outcomes])
         f_prov = _provenance(store, "failure_patterns", [f.signature for f in failures])
     return AskResult(
-        facets=facets, intent=intent.value, outcomes=tuple(outcomes), documents=tuple(hits), failures=tuple(failures),
-        outcome_hits=tuple(OutcomeHit(outcome=o, significant=significant(o), imported_from=o_prov.get(o.outcome_id))
-                           for o in outcomes),
+        facets=facets,
+        intent=intent.value,
+        outcomes=tuple(outcomes),
+        documents=tuple(hits),
+        failures=tuple(failures),
+        outcome_hits=tuple(
+            OutcomeHit(outcome=o, significant=significant(o), imported_from=o_prov.get(o.outcome_id)) for o in outcomes
+        ),
         failure_hits=tuple(FailureHit(failure=f, imported_from=f_prov.get(f.signature)) for f in failures),
     )

@@ -27,15 +27,44 @@ _ROLE = re.compile(r":([A-Za-z][\w.+-]*(?::[A-Za-z][\w.+-]*)*):`")
 _TITLE_TARGET = re.compile(r"^(.*?)\s*<([^<>]+)>$", re.DOTALL)
 
 # Directives that only connect pages or pull in generated API text: nothing of theirs is prose.
-_DROPPED = ("toctree", "contents", "index", "highlight", "literalinclude", "include", "sectionauthor", "moduleauthor",
-            "codeauthor", "currentmodule", "module", "autosummary", "graphviz", "mermaid", "raw", "image",
-            "youtube", "bibliography", "only-if-dummy")
+_DROPPED = (
+    "toctree",
+    "contents",
+    "index",
+    "highlight",
+    "literalinclude",
+    "include",
+    "sectionauthor",
+    "moduleauthor",
+    "codeauthor",
+    "currentmodule",
+    "module",
+    "autosummary",
+    "graphviz",
+    "mermaid",
+    "raw",
+    "image",
+    "youtube",
+    "bibliography",
+    "only-if-dummy",
+)
 _DROPPED_PREFIXES = ("doxygen", "auto")
 _CODE_ALIASES = ("code-block", "code", "sourcecode", "code-cell", "prompt")
-_ADMONITIONS = {"note": "Note", "warning": "Warning", "tip": "Tip", "important": "Important",
-                "caution": "Caution", "attention": "Attention", "danger": "Danger", "error": "Error",
-                "hint": "Hint", "seealso": "See also", "versionadded": "New in version",
-                "versionchanged": "Changed in version", "deprecated": "Deprecated"}
+_ADMONITIONS = {
+    "note": "Note",
+    "warning": "Warning",
+    "tip": "Tip",
+    "important": "Important",
+    "caution": "Caution",
+    "attention": "Attention",
+    "danger": "Danger",
+    "error": "Error",
+    "hint": "Hint",
+    "seealso": "See also",
+    "versionadded": "New in version",
+    "versionchanged": "Changed in version",
+    "deprecated": "Deprecated",
+}
 
 _lock = threading.Lock()  # docutils keeps its directive and role registries in module globals
 _registered: set[str] = set()
@@ -73,8 +102,11 @@ def _setup(source: str) -> None:
             if label:
                 # ".. versionadded:: 6.2\n   The knob ..." arrives as one argument: version, then text.
                 first, _, rest = " ".join(head.split()).partition(" ")
-                text = f"{label} {first}: {rest}" if label.endswith("version") and rest else (
-                    f"{label} {head}:" if head else f"{label}:")
+                text = (
+                    f"{label} {first}: {rest}"
+                    if label.endswith("version") and rest
+                    else (f"{label} {head}:" if head else f"{label}:")
+                )
             else:
                 text = head
             if text:
@@ -139,9 +171,16 @@ def parse_rst(text: str) -> tuple[Optional[str], list[Block]]:
     from docutils.core import publish_doctree
 
     settings = {
-        "report_level": 5, "halt_level": 5, "warning_stream": io.StringIO(), "file_insertion_enabled": False,
-        "raw_enabled": False, "syntax_highlight": "none", "doctitle_xform": True, "sectsubtitle_xform": False,
-        "line_length_limit": 1_000_000, "_disable_config": True,
+        "report_level": 5,
+        "halt_level": 5,
+        "warning_stream": io.StringIO(),
+        "file_insertion_enabled": False,
+        "raw_enabled": False,
+        "syntax_highlight": "none",
+        "doctitle_xform": True,
+        "sectsubtitle_xform": False,
+        "line_length_limit": 1_000_000,
+        "_disable_config": True,
     }
     with _lock:
         _setup(text)
@@ -157,7 +196,8 @@ def _inline_text(node) -> str:
         if isinstance(child, nodes.Text):
             parent = child.parent
             if isinstance(parent, (nodes.system_message, nodes.comment)) or any(
-                    isinstance(a, nodes.system_message) for a in _ancestors(child)):
+                isinstance(a, nodes.system_message) for a in _ancestors(child)
+            ):
                 continue
             value = str(child)
             if isinstance(parent, nodes.problematic):
@@ -203,12 +243,27 @@ class _Walker:
                 if text:
                     self.blocks.append(Block(min(depth + 1, 6), text, "heading", _pick_id(text, node.get("ids", []))))
                 self._body([c for c in node.children if c is not heading], depth + 1)
-            elif isinstance(node, (nodes.system_message, nodes.comment, nodes.target, nodes.substitution_definition,
-                                   nodes.raw, nodes.image, nodes.meta if hasattr(nodes, "meta") else nodes.raw,
-                                   nodes.pending, nodes.footnote, nodes.citation)):
+            elif isinstance(
+                node,
+                (
+                    nodes.system_message,
+                    nodes.comment,
+                    nodes.target,
+                    nodes.substitution_definition,
+                    nodes.raw,
+                    nodes.image,
+                    nodes.meta if hasattr(nodes, "meta") else nodes.raw,
+                    nodes.pending,
+                    nodes.footnote,
+                    nodes.citation,
+                ),
+            ):
                 continue
-            elif isinstance(node, nodes.literal_block) or isinstance(node, nodes.doctest_block) or \
-                    isinstance(node, nodes.math_block):
+            elif (
+                isinstance(node, nodes.literal_block)
+                or isinstance(node, nodes.doctest_block)
+                or isinstance(node, nodes.math_block)
+            ):
                 code = node.astext().rstrip()
                 if code.strip():
                     lang = " ".join(c for c in node.get("classes", []) if c != "code")
@@ -224,7 +279,9 @@ class _Walker:
                 for item in node.children:
                     term = next((c for c in item.children if isinstance(c, nodes.term)), None)
                     definition = next((c for c in item.children if isinstance(c, nodes.definition)), None)
-                    lines.append(f"{_inline_text(term) if term else ''}: {_inline_text(definition) if definition else ''}")
+                    lines.append(
+                        f"{_inline_text(term) if term else ''}: {_inline_text(definition) if definition else ''}"
+                    )
                 self.blocks.append(Block(0, "\n".join(lines), "text"))
             elif isinstance(node, nodes.field_list):
                 lines = []
@@ -241,10 +298,14 @@ class _Walker:
                     if i == 0 and block.kind == "text" and label != "Admonition":
                         block = block._replace(text=f"{label}: {block.text}")
                     self.blocks.append(block)
-            elif isinstance(node, (nodes.paragraph, nodes.rubric, nodes.line_block, nodes.attribution,
-                                   nodes.caption, nodes.legend)):
-                text = _inline_text(node) if not isinstance(node, nodes.line_block) else "\n".join(
-                    _inline_text(line) for line in node.children)
+            elif isinstance(
+                node, (nodes.paragraph, nodes.rubric, nodes.line_block, nodes.attribution, nodes.caption, nodes.legend)
+            ):
+                text = (
+                    _inline_text(node)
+                    if not isinstance(node, nodes.line_block)
+                    else "\n".join(_inline_text(line) for line in node.children)
+                )
                 if text.strip():
                     self.blocks.append(Block(0, text, "text"))
             elif isinstance(node, nodes.Element):

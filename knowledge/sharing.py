@@ -14,10 +14,9 @@ import socket
 from pathlib import Path
 from typing import Optional
 
-from store.sharing import BundleManifest, BundleOrigin, ImportReport
+from store.sharing import BundleManifest, BundleOrigin, ImportReport, write_imported_vectors
 from store.sharing import export_bundle as _export
 from store.sharing import import_bundle as _import
-from store.sharing import write_imported_vectors
 
 
 def _user() -> Optional[str]:
@@ -28,8 +27,12 @@ def _user() -> Optional[str]:
 
 
 def export_bundle(store, out: Path, *, team: Optional[str] = None) -> BundleManifest:
-    origin = BundleOrigin(store=store.store_uid, team=team or os.environ.get("KSCOUT_TEAM") or None,
-                          user_name=_user(), host=socket.gethostname() or None)
+    origin = BundleOrigin(
+        store=store.store_uid,
+        team=team or os.environ.get("KSCOUT_TEAM") or None,
+        user_name=_user(),
+        host=socket.gethostname() or None,
+    )
     return _export(store, Path(out), origin)
 
 

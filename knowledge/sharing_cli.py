@@ -52,8 +52,10 @@ def import_cmd(
 
     console = Console()
     for r in reports:
-        parts = ", ".join(f"{name}: {c.added} added, {c.unchanged} already here, {c.conflicts} kept beside ours"
-                          for name, c in r.tables.items())
+        parts = ", ".join(
+            f"{name}: {c.added} added, {c.unchanged} already here, {c.conflicts} kept beside ours"
+            for name, c in r.tables.items()
+        )
         console.print(f"{r.bundle}: from {r.source_label}; {parts}")
 
 

@@ -80,14 +80,10 @@ class Database:
                     delay = min(delay * 2, 0.5)
                     continue
                 if "lock" in text.lower():
-                    raise StoreError(
-                        f"store {self.path} is locked by another program: {one_line(text)}"
-                    ) from exc
+                    raise StoreError(f"store {self.path} is locked by another program: {one_line(text)}") from exc
                 raise StoreError(f"cannot open store {self.path}: {one_line(text)}") from exc
             except duckdb.Error as exc:
-                raise StoreError(
-                    f"store {self.path} is unreadable or corrupt: {one_line(str(exc))}"
-                ) from exc
+                raise StoreError(f"store {self.path} is unreadable or corrupt: {one_line(str(exc))}") from exc
 
     @contextmanager
     def exclusive(self) -> Iterator[None]:
@@ -121,8 +117,10 @@ class Database:
                 yield self._con
             except duckdb.Error as exc:
                 if is_corruption(exc):
-                    raise StoreError(f"store {self.path} is unreadable or corrupt: {one_line(str(exc))} "
-                                     "(restore it from a backup, or move it aside to start a new store)") from exc
+                    raise StoreError(
+                        f"store {self.path} is unreadable or corrupt: {one_line(str(exc))} "
+                        "(restore it from a backup, or move it aside to start a new store)"
+                    ) from exc
                 raise
             finally:
                 self._con_depth -= 1
@@ -157,8 +155,14 @@ class Database:
             return fetch_dicts(con, sql, params)
 
 
-_CORRUPTION_MARKERS = ("corrupt database file", "could not read enough bytes", "checksum", "not a valid duckdb",
-                       "failed to read", "database file is damaged")
+_CORRUPTION_MARKERS = (
+    "corrupt database file",
+    "could not read enough bytes",
+    "checksum",
+    "not a valid duckdb",
+    "failed to read",
+    "database file is damaged",
+)
 
 
 def is_corruption(exc: BaseException) -> bool:
@@ -185,4 +189,3 @@ def where_equal(**equal: Any) -> tuple[str, list]:
     if not given:
         return "", []
     return " WHERE " + " AND ".join(f"{k} = ?" for k in given), list(given.values())
-

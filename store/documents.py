@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from store.core import StoreCore
 from store import rows as R
+from store.core import StoreCore
 from store.db import Database, fetch_dicts, insert
 from store.embeddings import text_sha256
 from store.errors import StoreError
@@ -34,8 +34,19 @@ def chunk_metadata(doc: Document, chunk: Chunk) -> dict:
 
 
 # What a retag may change without the text changing; everything else about a document is its bytes.
-PROVENANCE_FIELDS = ("source", "title", "vendor", "devices", "doc_version", "source_url", "kind", "op_families",
-                     "builtin", "origin", "metadata_json")
+PROVENANCE_FIELDS = (
+    "source",
+    "title",
+    "vendor",
+    "devices",
+    "doc_version",
+    "source_url",
+    "kind",
+    "op_families",
+    "builtin",
+    "origin",
+    "metadata_json",
+)
 
 
 def _insert_chunks(con, chunks: list[Chunk]) -> None:
@@ -52,8 +63,14 @@ def _insert_chunks(con, chunks: list[Chunk]) -> None:
 class DocumentsMixin(StoreCore):
     db: Database  # the mixins are parts of `Store`, which provides `_cache` and `_vector_write`
 
-    def upsert_document(self, doc: Document, chunks: list[Chunk], *, force: bool = False,
-                        on_progress: Optional[Callable[[int, int], None]] = None) -> str:
+    def upsert_document(
+        self,
+        doc: Document,
+        chunks: list[Chunk],
+        *,
+        force: bool = False,
+        on_progress: Optional[Callable[[int, int], None]] = None,
+    ) -> str:
         """Write a document and its chunks; returns what happened:
 
         "added"; "replaced" (new bytes, or `force`: old chunks and vectors go, unchanged chunk text is
@@ -66,8 +83,13 @@ class DocumentsMixin(StoreCore):
         """
         return self.upsert_documents([(doc, chunks)], force=force, on_progress=on_progress)[0]
 
-    def upsert_documents(self, items: list[tuple[Document, list[Chunk]]], *, force: bool = False,
-                         on_progress: Optional[Callable[[int, int], None]] = None) -> list[str]:
+    def upsert_documents(
+        self,
+        items: list[tuple[Document, list[Chunk]]],
+        *,
+        force: bool = False,
+        on_progress: Optional[Callable[[int, int], None]] = None,
+    ) -> list[str]:
         """`upsert_document` for several documents at once (an ingest job's batch): one trip through
         the lock to check them, one model call for all their new text, one transaction and one Chroma
         write for all of them. Opening DuckDB costs 20-100 ms and a Chroma write tens more, which per
@@ -115,8 +137,12 @@ class DocumentsMixin(StoreCore):
                     row_before = con.execute(
                         "SELECT sha256 FROM documents WHERE document_id = ?", [doc.document_id]
                     ).fetchone()
-                    old_ids = [r[0] for r in con.execute(
-                        "SELECT chunk_id FROM chunks WHERE document_id = ?", [doc.document_id]).fetchall()]
+                    old_ids = [
+                        r[0]
+                        for r in con.execute(
+                            "SELECT chunk_id FROM chunks WHERE document_id = ?", [doc.document_id]
+                        ).fetchall()
+                    ]
                     con.execute("DELETE FROM chunks WHERE document_id = ?", [doc.document_id])
                     row = R.record_row(doc)
                     if row_before is None:
@@ -124,8 +150,9 @@ class DocumentsMixin(StoreCore):
                     else:
                         row.pop("document_id")
                         sets = ", ".join(f"{k} = ?" for k in row)
-                        con.execute(f"UPDATE documents SET {sets} WHERE document_id = ?",
-                                    [*row.values(), doc.document_id])
+                        con.execute(
+                            f"UPDATE documents SET {sets} WHERE document_id = ?", [*row.values(), doc.document_id]
+                        )
                     _insert_chunks(con, chunks)
                     self._owe_vectors(con, doc.document_id)
                     stale += sorted(set(old_ids) - {c.chunk_id for c in chunks})
@@ -146,8 +173,11 @@ class DocumentsMixin(StoreCore):
         self._vector_write("chunks", ids, vectors, metas)
         if self.vectors_enabled:
             with self.db.transaction() as con:
-                con.execute("DELETE FROM vector_pending WHERE collection = 'chunks' AND row_id IN "
-                            "(SELECT unnest(?::VARCHAR[]))", [[doc.document_id for doc, _, _ in written]])
+                con.execute(
+                    "DELETE FROM vector_pending WHERE collection = 'chunks' AND row_id IN "
+                    "(SELECT unnest(?::VARCHAR[]))",
+                    [[doc.document_id for doc, _, _ in written]],
+                )
 
     def _retag(self, before: Document, doc: Document, changed: list[str]) -> str:
         """Same bytes: keep chunks and first-ingest time, take the new provenance, rewrite the vectors
@@ -182,14 +212,17 @@ class DocumentsMixin(StoreCore):
     def _vectors_owed(self, document_id: str) -> bool:
         if not self.vectors_enabled:
             return False  # owed to a machine that has vectors; nothing this one can do
-        found = self.db.query("SELECT 1 FROM vector_pending WHERE collection = 'chunks' AND row_id = ?",
-                              [document_id])
+        found = self.db.query("SELECT 1 FROM vector_pending WHERE collection = 'chunks' AND row_id = ?", [document_id])
         return bool(found)
 
     def pending_vector_documents(self) -> list[str]:
         """Documents whose rows committed but whose vectors Chroma never confirmed (a crash between)."""
-        return [r["row_id"] for r in self.db.query(
-            "SELECT row_id FROM vector_pending WHERE collection = 'chunks' ORDER BY since, row_id")]
+        return [
+            r["row_id"]
+            for r in self.db.query(
+                "SELECT row_id FROM vector_pending WHERE collection = 'chunks' ORDER BY since, row_id"
+            )
+        ]
 
     def repair_vectors(self) -> list[str]:
         """Write the vectors every pending document is owed (from the embeddings cache); returns them.
@@ -204,8 +237,9 @@ class DocumentsMixin(StoreCore):
                 doc = self._document_or_none(document_id)
                 if doc is None:
                     with self.db.transaction() as con:
-                        con.execute("DELETE FROM vector_pending WHERE collection = 'chunks' AND row_id = ?",
-                                    [document_id])
+                        con.execute(
+                            "DELETE FROM vector_pending WHERE collection = 'chunks' AND row_id = ?", [document_id]
+                        )
                     continue
                 self._retag(doc, doc, [])
                 repaired.append(document_id)
@@ -217,8 +251,10 @@ class DocumentsMixin(StoreCore):
             if self._document_or_none(document_id) is None:
                 raise StoreError(f"unknown document {document_id!r}")
             with self.db.transaction() as con:
-                ids = [r[0] for r in con.execute(
-                    "SELECT chunk_id FROM chunks WHERE document_id = ?", [document_id]).fetchall()]
+                ids = [
+                    r[0]
+                    for r in con.execute("SELECT chunk_id FROM chunks WHERE document_id = ?", [document_id]).fetchall()
+                ]
                 con.execute("DELETE FROM chunks WHERE document_id = ?", [document_id])
                 con.execute("DELETE FROM documents WHERE document_id = ?", [document_id])
                 con.execute("DELETE FROM origins WHERE table_name = 'documents' AND row_id = ?", [document_id])
@@ -251,8 +287,7 @@ class DocumentsMixin(StoreCore):
         where = " WHERE c.document_id = ?" if document_id is not None else ""
         params = [document_id] if document_id is not None else []
         found = self.db.query(
-            "SELECT c.* FROM chunks c JOIN documents d USING (document_id)"
-            f"{where} ORDER BY d.seq, c.ordinal",
+            f"SELECT c.* FROM chunks c JOIN documents d USING (document_id){where} ORDER BY d.seq, c.ordinal",
             params,
         )
         return [R.chunk_from_row(r) for r in found]

@@ -12,8 +12,8 @@ import enum
 import json
 from typing import Optional, Sequence
 
-from store.core import StoreCore
 from store import rows as R
+from store.core import StoreCore
 from store.db import Database, fetch_dicts, insert, where_equal
 from store.errors import StoreError
 from store.failures import embedding_text, failure_signature, message_shape
@@ -70,9 +70,7 @@ class LearnedMixin(StoreCore):
         if schedule_kind is not None:
             where += (" AND " if where else " WHERE ") + "list_contains(string_split(schedule_kind, '+'), ?)"
             params.append(schedule_kind)
-        found = self.db.query(
-            f"SELECT * FROM outcomes{where} ORDER BY seq DESC LIMIT ?", [*params, limit]
-        )
+        found = self.db.query(f"SELECT * FROM outcomes{where} ORDER BY seq DESC LIMIT ?", [*params, limit])
         return [R.outcome_from_row(r) for r in found]
 
     def schedule_hints(self, kinds: Sequence[str], arch: str, limit: int = 3) -> list[dict]:
@@ -119,9 +117,7 @@ class LearnedMixin(StoreCore):
         now = utc_now()
         with self.db.locked():
             with self.db.transaction() as con:
-                seen = con.execute(
-                    "SELECT 1 FROM failure_patterns WHERE signature = ?", [signature]
-                ).fetchone()
+                seen = con.execute("SELECT 1 FROM failure_patterns WHERE signature = ?", [signature]).fetchone()
                 if seen:
                     con.execute(
                         "UPDATE failure_patterns SET count = count + 1, last_seen = ? WHERE signature = ?",
@@ -129,10 +125,17 @@ class LearnedMixin(StoreCore):
                     )
                 else:
                     pattern = FailurePattern(
-                        signature=signature, op_family=op_family, arch=arch, stage=stage,
-                        error_class=error_class, message_shape=shape, count=1,
-                        example_candidate_id=candidate_id, example_message=message or "",
-                        first_seen=now, last_seen=now,
+                        signature=signature,
+                        op_family=op_family,
+                        arch=arch,
+                        stage=stage,
+                        error_class=error_class,
+                        message_shape=shape,
+                        count=1,
+                        example_candidate_id=candidate_id,
+                        example_message=message or "",
+                        first_seen=now,
+                        last_seen=now,
                     )
                     insert(con, "failure_patterns", R.record_row(pattern))
                     self._cache.save(con, embedded)
@@ -148,8 +151,7 @@ class LearnedMixin(StoreCore):
         """Most frequent first."""
         where, params = where_equal(op_family=op_family, arch=arch)
         found = self.db.query(
-            f"SELECT * FROM failure_patterns{where} ORDER BY count DESC, last_seen DESC, signature "
-            "LIMIT ?",
+            f"SELECT * FROM failure_patterns{where} ORDER BY count DESC, last_seen DESC, signature LIMIT ?",
             [*params, limit],
         )
         return [R.failure_from_row(r) for r in found]
@@ -161,9 +163,7 @@ class LearnedMixin(StoreCore):
                 raise StoreError(f"promotion event {e.event_id} already exists (history is append-only)")
             insert(con, "promotions", R.record_row(e))
 
-    def promotion_history(
-        self, op_family: Optional[str] = None, arch: Optional[str] = None
-    ) -> list[PromotionEvent]:
+    def promotion_history(self, op_family: Optional[str] = None, arch: Optional[str] = None) -> list[PromotionEvent]:
         """Oldest first."""
         where, params = where_equal(op_family=op_family, arch=arch)
         found = self.db.query(f"SELECT * FROM promotions{where} ORDER BY seq", params)

@@ -62,20 +62,14 @@ class MigrationRegistry:
 MIGRATIONS = MigrationRegistry()
 
 
-def migrate(
-    con: duckdb.DuckDBPyConnection, migrations: Iterable[tuple[str, Migration]] | None = None
-) -> list[str]:
+def migrate(con: duckdb.DuckDBPyConnection, migrations: Iterable[tuple[str, Migration]] | None = None) -> list[str]:
     """Apply pending migrations in order; return the names applied now."""
     items = list(MIGRATIONS if migrations is None else migrations)
-    con.execute(
-        "CREATE TABLE IF NOT EXISTS _migrations (name VARCHAR PRIMARY KEY, applied_at VARCHAR NOT NULL)"
-    )
+    con.execute("CREATE TABLE IF NOT EXISTS _migrations (name VARCHAR PRIMARY KEY, applied_at VARCHAR NOT NULL)")
     applied = {row[0] for row in con.execute("SELECT name FROM _migrations").fetchall()}
     unknown = sorted(applied - set(MIGRATIONS.names()))
     if unknown:
-        raise StoreError(
-            f"store was written by a newer kernelscout (unknown migrations: {', '.join(unknown)})"
-        )
+        raise StoreError(f"store was written by a newer kernelscout (unknown migrations: {', '.join(unknown)})")
     done: list[str] = []
     for name, fn in items:
         if name in applied:

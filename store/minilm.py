@@ -217,16 +217,25 @@ class MiniLM:
         self.tokenizer.enable_truncation(max_tokens)
         self.max_tokens = max_tokens
         self.weights = read_safetensors(root / "model.safetensors")
-        missing = [k for k in ("embeddings.word_embeddings.weight", "encoder.layer.5.output.dense.weight")
-                   if k not in self.weights]
+        missing = [
+            k
+            for k in ("embeddings.word_embeddings.weight", "encoder.layer.5.output.dense.weight")
+            if k not in self.weights
+        ]
         if missing:
             raise StoreError(f"the embedding model in {root} lacks {', '.join(missing)}")
         self._torch_weights: Optional[dict[str, Any]] = None
         self._lock = threading.Lock()
 
     # -- public ----------------------------------------------------------------------------------
-    def encode(self, texts: Sequence[str], *, engine: str = "numpy", batch_size: int = BATCH,
-               on_batch: Optional[OnBatch] = None) -> np.ndarray:
+    def encode(
+        self,
+        texts: Sequence[str],
+        *,
+        engine: str = "numpy",
+        batch_size: int = BATCH,
+        on_batch: Optional[OnBatch] = None,
+    ) -> np.ndarray:
         """(len(texts), 384) float32 unit vectors; `engine` is "numpy", "torch" or "auto" (numpy for up
         to `NUMPY_MAX_TOKENS` word pieces in all, a query or two; torch beyond, when it is installed)."""
         out = np.zeros((len(texts), HIDDEN), dtype=np.float32)
@@ -246,7 +255,7 @@ class MiniLM:
         with limit:
             done = 0
             for start in range(0, len(order), batch_size):
-                rows = order[start:start + batch_size]
+                rows = order[start : start + batch_size]
                 out[rows] = self._forward([encodings[i].ids for i in rows], ops, weights)
                 done += len(rows)
                 if on_batch is not None:
@@ -275,9 +284,11 @@ class MiniLM:
             ids[i, : len(row)] = row
             mask[i, : len(row)] = 1.0
         # Token type ids are all zero for single texts; positions are 0..t-1.
-        x = (W["embeddings.word_embeddings.weight"][ops.asarray(ids)]
-             + W["embeddings.position_embeddings.weight"][:t][None]
-             + W["embeddings.token_type_embeddings.weight"][0])
+        x = (
+            W["embeddings.word_embeddings.weight"][ops.asarray(ids)]
+            + W["embeddings.position_embeddings.weight"][:t][None]
+            + W["embeddings.token_type_embeddings.weight"][0]
+        )
         x = ops.layer_norm(x, W["embeddings.LayerNorm.weight"], W["embeddings.LayerNorm.bias"])
         # Masked keys get the dtype's lowest value added, as transformers' BERT does.
         bias = ops.asarray(((1.0 - mask) * np.finfo(np.float32).min)[:, None, None, :])
@@ -289,11 +300,15 @@ class MiniLM:
             context = ops.merge(ops.attention(q, k, v, bias), b, t)
             x = ops.layer_norm(
                 ops.linear(context, W[p + "attention.output.dense.weight"], W[p + "attention.output.dense.bias"]) + x,
-                W[p + "attention.output.LayerNorm.weight"], W[p + "attention.output.LayerNorm.bias"])
+                W[p + "attention.output.LayerNorm.weight"],
+                W[p + "attention.output.LayerNorm.bias"],
+            )
             h = ops.gelu(ops.linear(x, W[p + "intermediate.dense.weight"], W[p + "intermediate.dense.bias"]))
             x = ops.layer_norm(
                 ops.linear(h, W[p + "output.dense.weight"], W[p + "output.dense.bias"]) + x,
-                W[p + "output.LayerNorm.weight"], W[p + "output.LayerNorm.bias"])
+                W[p + "output.LayerNorm.weight"],
+                W[p + "output.LayerNorm.bias"],
+            )
         hidden = ops.to_numpy(x)
         m = mask[:, :, None]
         pooled = (hidden * m).sum(1) / np.clip(m.sum(1), 1e-9, None)

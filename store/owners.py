@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from store.core import StoreCore
 from store import rows as R
+from store.core import StoreCore
 from store.db import Database, insert
 from store.errors import StoreError
 from store.records import Row, RunStatus, utc_now
@@ -40,8 +40,9 @@ class OwnersMixin(StoreCore):
                 raise StoreError(f"run {run_id} already finished; nothing to claim")
             con.execute("DELETE FROM run_owners WHERE run_id = ?", [run_id])
             insert(con, "run_owners", R.record_row(owner))
-            con.execute("UPDATE runs SET status = ?, finished_at = NULL WHERE run_id = ?",
-                        [RunStatus.running.value, run_id])
+            con.execute(
+                "UPDATE runs SET status = ?, finished_at = NULL WHERE run_id = ?", [RunStatus.running.value, run_id]
+            )
         return owner
 
     def run_owners(self, run_ids: Optional[list[str]] = None) -> dict[str, RunOwner]:

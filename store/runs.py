@@ -6,17 +6,15 @@ import uuid
 from typing import Optional
 
 from evaluation.records import EvalResult, Fingerprint, ProblemInfo, source_sha256
-from store.core import StoreCore
 from store import rows as R
+from store.core import StoreCore
 from store.db import Database, fetch_dicts, insert, where_equal
 from store.errors import StoreError
 from store.records import CandidateRecord, LLMCall, RunRecord, RunStatus, utc_now
 
 EVALUATION_KINDS = ("search", "remeasure", "revalidate")
 
-_CANDIDATE_SELECT = (
-    "SELECT c.*, s.source FROM candidates c JOIN candidate_sources s USING (candidate_id)"
-)
+_CANDIDATE_SELECT = "SELECT c.*, s.source FROM candidates c JOIN candidate_sources s USING (candidate_id)"
 
 
 class RunsMixin(StoreCore):
@@ -37,9 +35,7 @@ class RunsMixin(StoreCore):
     def record_problem(self, problem: ProblemInfo) -> str:
         """Problems are identified by content, so recording one twice keeps the first row."""
         with self.db.transaction() as con:
-            if not con.execute(
-                "SELECT 1 FROM problems WHERE problem_id = ?", [problem.problem_id]
-            ).fetchone():
+            if not con.execute("SELECT 1 FROM problems WHERE problem_id = ?", [problem.problem_id]).fetchone():
                 insert(con, "problems", R.problem_row(problem))
         return problem.problem_id
 
@@ -56,9 +52,7 @@ class RunsMixin(StoreCore):
                 raise StoreError(f"run {run.run_id} already exists")
             insert(con, "runs", R.run_row(run))
 
-    def finish_run(
-        self, run_id: str, *, status: RunStatus, stop_reason: str, best_candidate_id: Optional[str]
-    ) -> None:
+    def finish_run(self, run_id: str, *, status: RunStatus, stop_reason: str, best_candidate_id: Optional[str]) -> None:
         try:
             status = RunStatus(status)
         except ValueError:
@@ -68,14 +62,16 @@ class RunsMixin(StoreCore):
         with self.db.transaction() as con:
             if not con.execute("SELECT 1 FROM runs WHERE run_id = ?", [run_id]).fetchone():
                 raise StoreError(f"unknown run {run_id!r}")
-            if best_candidate_id is not None and not con.execute(
-                "SELECT 1 FROM candidates WHERE run_id = ? AND candidate_id = ?",
-                [run_id, best_candidate_id],
-            ).fetchone():
+            if (
+                best_candidate_id is not None
+                and not con.execute(
+                    "SELECT 1 FROM candidates WHERE run_id = ? AND candidate_id = ?",
+                    [run_id, best_candidate_id],
+                ).fetchone()
+            ):
                 raise StoreError(f"candidate {best_candidate_id[:12]} is not part of run {run_id}")
             con.execute(
-                "UPDATE runs SET status = ?, stop_reason = ?, best_candidate_id = ?, finished_at = ? "
-                "WHERE run_id = ?",
+                "UPDATE runs SET status = ?, stop_reason = ?, best_candidate_id = ?, finished_at = ? WHERE run_id = ?",
                 [status.value, stop_reason, best_candidate_id, utc_now(), run_id],
             )
 
@@ -96,8 +92,7 @@ class RunsMixin(StoreCore):
     def add_candidate(self, c: CandidateRecord) -> bool:
         if c.candidate_id != source_sha256(c.source):
             raise StoreError(
-                f"candidate id {c.candidate_id[:12]} is not the sha256 of its source "
-                f"({source_sha256(c.source)[:12]})"
+                f"candidate id {c.candidate_id[:12]} is not the sha256 of its source ({source_sha256(c.source)[:12]})"
             )
         with self.db.transaction() as con:
             if not con.execute("SELECT 1 FROM runs WHERE run_id = ?", [c.run_id]).fetchone():
@@ -122,14 +117,10 @@ class RunsMixin(StoreCore):
         with self.db.locked() as con:
             full = self.resolve_candidate_id(candidate_id)
             if run_id is None:
-                found = fetch_dicts(
-                    con, f"{_CANDIDATE_SELECT} WHERE candidate_id = ? ORDER BY seq LIMIT 1", [full]
-                )
+                found = fetch_dicts(con, f"{_CANDIDATE_SELECT} WHERE candidate_id = ? ORDER BY seq LIMIT 1", [full])
             else:
                 run = self.resolve_run_id(run_id)
-                found = fetch_dicts(
-                    con, f"{_CANDIDATE_SELECT} WHERE candidate_id = ? AND run_id = ?", [full, run]
-                )
+                found = fetch_dicts(con, f"{_CANDIDATE_SELECT} WHERE candidate_id = ? AND run_id = ?", [full, run])
                 if not found:
                     raise StoreError(f"candidate {full[:12]} is not part of run {run}")
         return R.candidate_from_row(found[0])
@@ -139,15 +130,11 @@ class RunsMixin(StoreCore):
         return [R.candidate_from_row(r) for r in found]
 
     # -- evaluations ---------------------------------------------------------------------------------
-    def add_evaluation(
-        self, run_id: str, candidate_id: str, result: EvalResult, *, kind: str = "search"
-    ) -> str:
+    def add_evaluation(self, run_id: str, candidate_id: str, result: EvalResult, *, kind: str = "search") -> str:
         if kind not in EVALUATION_KINDS:
             raise StoreError(f"unknown evaluation kind {kind!r}; expected {', '.join(EVALUATION_KINDS)}")
         if result.candidate_sha256 != candidate_id:
-            raise StoreError(
-                f"evaluation is of candidate {result.candidate_sha256[:12]}, not {candidate_id[:12]}"
-            )
+            raise StoreError(f"evaluation is of candidate {result.candidate_sha256[:12]}, not {candidate_id[:12]}")
         eval_id = uuid.uuid4().hex
         main, shapes, timings = R.evaluation_rows(eval_id, run_id, candidate_id, kind, result, utc_now())
         with self.db.transaction() as con:

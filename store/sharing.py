@@ -41,8 +41,15 @@ FORMAT_VERSION = 1
 TABLES = ("documents", "chunks", "outcomes", "failure_patterns", "embeddings")
 # Keys of the rows that carry provenance; chunks follow their document, embeddings are content-addressed.
 _KEYS = {"documents": "document_id", "outcomes": "outcome_id", "failure_patterns": "signature"}
-_ORIGIN_COLUMNS = ("origin_store", "origin_team", "origin_user", "origin_host", "origin_bundle",
-                   "origin_exported_at", "original_id")
+_ORIGIN_COLUMNS = (
+    "origin_store",
+    "origin_team",
+    "origin_user",
+    "origin_host",
+    "origin_bundle",
+    "origin_exported_at",
+    "original_id",
+)
 
 
 class _Record(BaseModel):
@@ -102,9 +109,12 @@ def _literal(path: Path) -> str:
 
 
 def _columns(con, table: str) -> list[str]:
-    return [r[0] for r in con.execute(
-        "SELECT column_name FROM information_schema.columns WHERE table_name = ? ORDER BY ordinal_position",
-        [table]).fetchall()]
+    return [
+        r[0]
+        for r in con.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = ? ORDER BY ordinal_position", [table]
+        ).fetchall()
+    ]
 
 
 def _kernelscout_version() -> str:
@@ -133,13 +143,21 @@ def export_bundle(store, out: Path, origin: BundleOrigin) -> BundleManifest:
             tables: dict[str, BundleTable] = {}
             for table in TABLES:
                 path = staging / f"{table}.parquet"
-                con.execute(f"COPY ({_export_query(con, table, origin, bundle_id, created)}) TO {_literal(path)} "
-                            "(FORMAT parquet)")
+                con.execute(
+                    f"COPY ({_export_query(con, table, origin, bundle_id, created)}) TO {_literal(path)} "
+                    "(FORMAT parquet)"
+                )
                 rows = con.execute(f"SELECT count(*) FROM read_parquet({_literal(path)})").fetchone()[0]
                 tables[table] = BundleTable(file=path.name, rows=rows, sha256=_sha256_file(path))
             con.execute("DROP TABLE _bundle_shas")
-        manifest = BundleManifest(bundle_id=bundle_id, created_at=created, kernelscout_version=_kernelscout_version(),
-                                  origin=origin, embedding_model=store.embedder.model_name, tables=tables)
+        manifest = BundleManifest(
+            bundle_id=bundle_id,
+            created_at=created,
+            kernelscout_version=_kernelscout_version(),
+            origin=origin,
+            embedding_model=store.embedder.model_name,
+            tables=tables,
+        )
         (staging / "manifest.json").write_text(json.dumps(manifest.model_dump(mode="json"), indent=2) + "\n")
         if out.exists():
             out.rmdir()
@@ -156,8 +174,10 @@ def _embedding_shas(con) -> set[str]:
 
     shas = {text_sha256(chunk_embedding_text(R.chunk_from_row(r))) for r in fetch_dicts(con, "SELECT * FROM chunks")}
     shas |= {text_sha256(r[0]) for r in con.execute("SELECT summary FROM outcomes").fetchall()}
-    shas |= {text_sha256(embedding_text(r[0], r[1], r[2]))
-             for r in con.execute("SELECT error_class, stage, message_shape FROM failure_patterns").fetchall()}
+    shas |= {
+        text_sha256(embedding_text(r[0], r[1], r[2]))
+        for r in con.execute("SELECT error_class, stage, message_shape FROM failure_patterns").fetchall()
+    }
     return shas
 
 
@@ -199,8 +219,10 @@ def read_manifest(bundle: Path) -> BundleManifest:
     if data.get("format") != FORMAT:
         raise StoreError(f"{bundle} is not a {FORMAT} (format {data.get('format')!r})")
     if data.get("format_version") != FORMAT_VERSION:
-        raise StoreError(f"bundle {bundle} has format version {data.get('format_version')}; this kernelscout reads "
-                         f"version {FORMAT_VERSION}")
+        raise StoreError(
+            f"bundle {bundle} has format version {data.get('format_version')}; this kernelscout reads "
+            f"version {FORMAT_VERSION}"
+        )
     try:
         manifest = BundleManifest.model_validate(data)
     except ValueError as exc:
@@ -213,8 +235,10 @@ def read_manifest(bundle: Path) -> BundleManifest:
         if Path(table.file).name != table.file or not file.is_file():
             raise StoreError(f"bundle {bundle}: table file {table.file!r} is missing")
         if _sha256_file(file) != table.sha256:
-            raise StoreError(f"bundle {bundle}: {table.file} does not match its sha256 in the manifest "
-                             "(damaged or edited); nothing was imported")
+            raise StoreError(
+                f"bundle {bundle}: {table.file} does not match its sha256 in the manifest "
+                "(damaged or edited); nothing was imported"
+            )
     return manifest
 
 
@@ -226,8 +250,10 @@ def import_bundle(store, bundle: Path) -> ImportReport:
     counts: dict[str, dict[str, int]] = {t: {"added": 0, "unchanged": 0, "conflicts": 0} for t in TABLES}
     added: dict[str, list[str]] = {t: [] for t in _KEYS}
     with store.db.locked() as con, store.db.transaction():
-        incoming = {t: fetch_dicts(con, f"SELECT * FROM read_parquet({_literal(bundle / manifest.tables[t].file)})")
-                    for t in TABLES}
+        incoming = {
+            t: fetch_dicts(con, f"SELECT * FROM read_parquet({_literal(bundle / manifest.tables[t].file)})")
+            for t in TABLES
+        }
         for table in ("documents", "outcomes", "failure_patterns"):
             columns = [c for c in _columns(con, table) if c != "seq"]
             key = _KEYS[table]
@@ -248,17 +274,29 @@ def import_bundle(store, bundle: Path) -> ImportReport:
                     _insert(con, table, body)
                 con.execute(
                     "INSERT OR REPLACE INTO origins VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    [table, target, origin["original_id"] or row[key], origin["origin_store"], origin["origin_team"],
-                     origin["origin_user"], origin["origin_host"], manifest.kernelscout_version,
-                     origin["origin_bundle"] or manifest.bundle_id, origin["origin_exported_at"] or manifest.created_at,
-                     now, conflict])
+                    [
+                        table,
+                        target,
+                        origin["original_id"] or row[key],
+                        origin["origin_store"],
+                        origin["origin_team"],
+                        origin["origin_user"],
+                        origin["origin_host"],
+                        manifest.kernelscout_version,
+                        origin["origin_bundle"] or manifest.bundle_id,
+                        origin["origin_exported_at"] or manifest.created_at,
+                        now,
+                        conflict,
+                    ],
+                )
                 counts[table]["conflicts" if conflict else "added"] += 1
                 added[table].append(target)
         if manifest.embedding_model == store.embedder.model_name:
             for row in incoming["embeddings"]:
-                done = con.execute("INSERT OR IGNORE INTO embeddings VALUES (?, ?, ?, ?, ?)",
-                                   [row["model"], row["text_sha256"], row["dim"], list(row["vector"]),
-                                    row["created_at"]]).fetchone()
+                done = con.execute(
+                    "INSERT OR IGNORE INTO embeddings VALUES (?, ?, ?, ?, ?)",
+                    [row["model"], row["text_sha256"], row["dim"], list(row["vector"]), row["created_at"]],
+                ).fetchone()
                 counts["embeddings"]["added" if done and done[0] else "unchanged"] += 1
         for doc_id in added["documents"]:
             con.execute("INSERT OR REPLACE INTO vector_pending VALUES ('chunks', ?, ?)", [doc_id, now])
@@ -266,9 +304,12 @@ def import_bundle(store, bundle: Path) -> ImportReport:
     label = manifest.origin.team or f"store {manifest.origin.store[:8]}"
     who = "@".join(x for x in (manifest.origin.user_name, manifest.origin.host) if x)
     return ImportReport(
-        bundle=str(bundle), bundle_id=manifest.bundle_id, source_label=f"{label} ({who})" if who else label,
+        bundle=str(bundle),
+        bundle_id=manifest.bundle_id,
+        source_label=f"{label} ({who})" if who else label,
         tables={t: TableCounts(**c) for t, c in counts.items()},
-        added_documents=tuple(added["documents"]), added_outcomes=tuple(added["outcomes"]),
+        added_documents=tuple(added["documents"]),
+        added_outcomes=tuple(added["outcomes"]),
         added_failures=tuple(added["failure_patterns"]),
     )
 
@@ -339,18 +380,43 @@ def write_imported_vectors(store, report: ImportReport) -> None:
         return
     store.repair_vectors()
     with store.db.locked() as con:
-        outcomes = [R.outcome_from_row(r) for r in fetch_dicts(
-            con, "SELECT * FROM outcomes WHERE outcome_id IN (SELECT unnest(?::VARCHAR[]))",
-            [list(report.added_outcomes)])] if report.added_outcomes else []
-        failures = [R.failure_from_row(r) for r in fetch_dicts(
-            con, "SELECT * FROM failure_patterns WHERE signature IN (SELECT unnest(?::VARCHAR[]))",
-            [list(report.added_failures)])] if report.added_failures else []
+        outcomes = (
+            [
+                R.outcome_from_row(r)
+                for r in fetch_dicts(
+                    con,
+                    "SELECT * FROM outcomes WHERE outcome_id IN (SELECT unnest(?::VARCHAR[]))",
+                    [list(report.added_outcomes)],
+                )
+            ]
+            if report.added_outcomes
+            else []
+        )
+        failures = (
+            [
+                R.failure_from_row(r)
+                for r in fetch_dicts(
+                    con,
+                    "SELECT * FROM failure_patterns WHERE signature IN (SELECT unnest(?::VARCHAR[]))",
+                    [list(report.added_failures)],
+                )
+            ]
+            if report.added_failures
+            else []
+        )
     for collection, ids, texts, metas in (
-        ("outcomes", [o.outcome_id for o in outcomes], [o.summary for o in outcomes],
-         [outcome_metadata(o) for o in outcomes]),
-        ("failures", [f.signature for f in failures],
-         [embedding_text(f.error_class, f.stage, f.message_shape) for f in failures],
-         [failure_metadata(f) for f in failures]),
+        (
+            "outcomes",
+            [o.outcome_id for o in outcomes],
+            [o.summary for o in outcomes],
+            [outcome_metadata(o) for o in outcomes],
+        ),
+        (
+            "failures",
+            [f.signature for f in failures],
+            [embedding_text(f.error_class, f.stage, f.message_shape) for f in failures],
+            [failure_metadata(f) for f in failures],
+        ),
     ):
         if ids:
             vectors = store.embed(texts)

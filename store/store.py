@@ -17,7 +17,7 @@ import duckdb
 from store import rows as R
 from store.db import DEFAULT_LOCK_TIMEOUT_S, Database, fetch_dicts
 from store.documents import DocumentsMixin, chunk_embedding_text, chunk_metadata
-from store.embeddings import Embedded, EmbeddingCache, Embedder
+from store.embeddings import Embedded, Embedder, EmbeddingCache
 from store.errors import StoreError, VectorIndexError, one_line
 from store.failures import embedding_text
 from store.home import CHROMA_DIRNAME, DB_FILENAME, LOCK_FILENAME, TOKEN_FILENAME, default_home
@@ -28,9 +28,7 @@ from store.runs import RunsMixin
 
 
 class Store(RunsMixin, LearnedMixin, DocumentsMixin, OwnersMixin):
-    def __init__(
-        self, home: Path, db: Database, store_uid: str, chroma_url: Optional[str], embedder: Embedder
-    ):
+    def __init__(self, home: Path, db: Database, store_uid: str, chroma_url: Optional[str], embedder: Embedder):
         self.home = home
         self.db = db
         self.store_uid = store_uid
@@ -69,11 +67,11 @@ class Store(RunsMixin, LearnedMixin, DocumentsMixin, OwnersMixin):
                 uid_row = con.execute("SELECT value FROM _meta WHERE key = 'store_uid'").fetchone()
                 owed_row = con.execute("SELECT count(*) FROM vector_pending").fetchone()
             except duckdb.Error as exc:
-                raise StoreError(
-                    f"store {db.path} is unreadable or corrupt: {one_line(exc)}"
-                ) from exc
+                raise StoreError(f"store {db.path} is unreadable or corrupt: {one_line(exc)}") from exc
             if uid_row is None or owed_row is None:
-                raise StoreError(f"store {db.path} has lost its identity row (_meta.store_uid): restore it from a backup")
+                raise StoreError(
+                    f"store {db.path} has lost its identity row (_meta.store_uid): restore it from a backup"
+                )
             uid, owed = uid_row[0], owed_row[0]
         url = chroma_url or os.environ.get("KSCOUT_CHROMA_URL") or None
         store = cls(home, db, uid, url, embedder or Embedder())
@@ -117,8 +115,7 @@ class Store(RunsMixin, LearnedMixin, DocumentsMixin, OwnersMixin):
             found = [
                 r[0]
                 for r in con.execute(
-                    f"SELECT DISTINCT {column} FROM {table} WHERE starts_with({column}, ?) "
-                    f"ORDER BY 1 LIMIT 6",
+                    f"SELECT DISTINCT {column} FROM {table} WHERE starts_with({column}, ?) ORDER BY 1 LIMIT 6",
                     [prefix],
                 ).fetchall()
             ]
@@ -166,8 +163,10 @@ class Store(RunsMixin, LearnedMixin, DocumentsMixin, OwnersMixin):
                 "SELECT * FROM origins WHERE table_name = ? AND row_id IN (SELECT unnest(?::VARCHAR[]))",
                 [table, list(ids)],
             )
-        return {r.pop("row_id"): {k: v for k, v in r.items() if k != "table_name" and k != "kernelscout_version"}
-                for r in rows}
+        return {
+            r.pop("row_id"): {k: v for k, v in r.items() if k != "table_name" and k != "kernelscout_version"}
+            for r in rows
+        }
 
     def _index(self):
         if self._closed:
@@ -247,9 +246,7 @@ class Store(RunsMixin, LearnedMixin, DocumentsMixin, OwnersMixin):
         with self.db.locked():
             for name, items in self._vector_sources().items():
                 vectors = self.embed([t for _, t, _ in items])
-                counts[name] = index.rebuild(
-                    name, [i for i, _, _ in items], vectors, [m for _, _, m in items]
-                )
+                counts[name] = index.rebuild(name, [i for i, _, _ in items], vectors, [m for _, _, m in items])
             with self.db.transaction() as con:
                 con.execute("DELETE FROM vector_pending")  # every row's vectors were just written
         return counts
@@ -257,30 +254,20 @@ class Store(RunsMixin, LearnedMixin, DocumentsMixin, OwnersMixin):
     def _vector_sources(self) -> dict[str, list[tuple[str, str, dict]]]:
         """(id, text to embed, metadata) for every row that has a vector, per collection."""
         with self.db.locked() as con:
-            docs = {
-                r["document_id"]: R.document_from_row(r)
-                for r in fetch_dicts(con, "SELECT * FROM documents")
-            }
+            docs = {r["document_id"]: R.document_from_row(r) for r in fetch_dicts(con, "SELECT * FROM documents")}
             chunks = [
                 R.chunk_from_row(r)
                 for r in fetch_dicts(
                     con,
-                    "SELECT c.* FROM chunks c JOIN documents d USING (document_id) "
-                    "ORDER BY d.seq, c.ordinal",
+                    "SELECT c.* FROM chunks c JOIN documents d USING (document_id) ORDER BY d.seq, c.ordinal",
                 )
             ]
-            outcomes = [
-                R.outcome_from_row(r) for r in fetch_dicts(con, "SELECT * FROM outcomes ORDER BY seq")
-            ]
+            outcomes = [R.outcome_from_row(r) for r in fetch_dicts(con, "SELECT * FROM outcomes ORDER BY seq")]
             failures = [
-                R.failure_from_row(r)
-                for r in fetch_dicts(con, "SELECT * FROM failure_patterns ORDER BY first_seen")
+                R.failure_from_row(r) for r in fetch_dicts(con, "SELECT * FROM failure_patterns ORDER BY first_seen")
             ]
         return {
-            "chunks": [
-                (c.chunk_id, chunk_embedding_text(c), chunk_metadata(docs[c.document_id], c))
-                for c in chunks
-            ],
+            "chunks": [(c.chunk_id, chunk_embedding_text(c), chunk_metadata(docs[c.document_id], c)) for c in chunks],
             "outcomes": [(o.outcome_id, o.summary, outcome_metadata(o)) for o in outcomes],
             "failures": [
                 (p.signature, embedding_text(p.error_class, p.stage, p.message_shape), failure_metadata(p))

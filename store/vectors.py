@@ -196,15 +196,11 @@ class VectorIndex:
             self._collection(name).delete(ids=list(ids))
             self._wrote()
 
-    def query(
-        self, name: str, vector: Sequence[float], k: int, where: dict | None
-    ) -> list[tuple[str, float]]:
+    def query(self, name: str, vector: Sequence[float], k: int, where: dict | None) -> list[tuple[str, float]]:
         with self._errors("search"):
             col = self._collection(name)
         try:
-            found = col.query(
-                query_embeddings=[list(vector)], n_results=k, where=where or None, include=["distances"]
-            )
+            found = col.query(query_embeddings=[list(vector)], n_results=k, where=where or None, include=["distances"])
         except (ValueError, TypeError) as exc:
             raise StoreError(f"bad vector filter {where!r}: {one_line(exc)}") from exc
         except Exception as exc:

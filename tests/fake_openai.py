@@ -33,13 +33,17 @@ class Reply:
 
 
 def prose() -> Reply:
-    return Reply(content="I would fuse the mean and variance into one pass and use a larger block. "
-                 "That should help memory traffic considerably.")
+    return Reply(
+        content="I would fuse the mean and variance into one pass and use a larger block. "
+        "That should help memory traffic considerably."
+    )
 
 
 def malformed() -> Reply:
-    return Reply(content="Here it is:\n```python\nimport triton\nclass ModelNew(nn.Module)\n    def forward(self x):\n"
-                 "        return x +\n```\n")
+    return Reply(
+        content="Here it is:\n```python\nimport triton\nclass ModelNew(nn.Module)\n    def forward(self x):\n"
+        "        return x +\n```\n"
+    )
 
 
 def rate_limited() -> Reply:
@@ -55,11 +59,12 @@ def slow(delay_s: float) -> Reply:
 
 
 def good_kernel() -> Reply:
-    return Reply(content="One row per program with fp32 accumulation, single pass.\n\n```python\n"
-                 + SEED_SOURCE + "```\n")
+    return Reply(
+        content="One row per program with fp32 accumulation, single pass.\n\n```python\n" + SEED_SOURCE + "```\n"
+    )
 
 
-CHEAT_SOURCE = '''import torch
+CHEAT_SOURCE = """import torch
 from torch import nn
 
 
@@ -71,7 +76,7 @@ class ModelNew(nn.Module):
 
     def forward(self, x):
         return torch.nn.functional.layer_norm(x, (x.shape[-1],), self.weight, self.bias, 1e-5)
-'''
+"""
 
 
 def cheat() -> Reply:
@@ -108,17 +113,27 @@ class FakeOpenAI:
                 if reply.status != 200:
                     err = {"error": {"message": reply.content, "type": "fake", "code": reply.status}}
                     return self._send(reply.status, err, reply.headers)
-                self._send(200, {
-                    "id": f"chatcmpl-{len(owner.requests)}",
-                    "object": "chat.completion",
-                    "created": int(time.time()),
-                    "model": owner.model_name,
-                    "choices": [{"index": 0, "finish_reason": "stop",
-                                 "message": {"role": "assistant", "content": reply.content}}],
-                    "usage": {"prompt_tokens": reply.prompt_tokens,
-                              "completion_tokens": reply.completion_tokens,
-                              "total_tokens": reply.prompt_tokens + reply.completion_tokens},
-                })
+                self._send(
+                    200,
+                    {
+                        "id": f"chatcmpl-{len(owner.requests)}",
+                        "object": "chat.completion",
+                        "created": int(time.time()),
+                        "model": owner.model_name,
+                        "choices": [
+                            {
+                                "index": 0,
+                                "finish_reason": "stop",
+                                "message": {"role": "assistant", "content": reply.content},
+                            }
+                        ],
+                        "usage": {
+                            "prompt_tokens": reply.prompt_tokens,
+                            "completion_tokens": reply.completion_tokens,
+                            "total_tokens": reply.prompt_tokens + reply.completion_tokens,
+                        },
+                    },
+                )
 
             def _send(self, status: int, payload: dict, headers: Optional[dict] = None):
                 data = json.dumps(payload).encode()
@@ -135,8 +150,7 @@ class FakeOpenAI:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 
     @property
     def url(self) -> str:

@@ -70,71 +70,103 @@ CASES: dict[str, Cheat] = {
     "cheat_disables_dispatch": Cheat(static("DispatchEscape")),
     "cheat_dispatch_runtime_names": Cheat(static("DynamicAccess")),
     "cheat_clears_watch_counter": Cheat(static("DispatchEscape")),
-    "cheat_widens_allow_list": Cheat(static("DynamicAccess"), tiny=True,
-                                     unchecked=(S.rejected, ST.correctness, "PatchedHarness"), fast_unchecked=True),
-    "cheat_patches_protocol_package": Cheat(static("DynamicAccess"), tiny=True,
-                                            unchecked=(S.rejected, ST.compile, "PatchedHarness")),
-    "cheat_tensor_subclass": Cheat(static("TensorSubclass"), tiny=True,
-                                   unchecked=(S.rejected, ST.correctness, "TensorSubclass"), fast_unchecked=True),
+    "cheat_widens_allow_list": Cheat(
+        static("DynamicAccess"),
+        tiny=True,
+        unchecked=(S.rejected, ST.correctness, "PatchedHarness"),
+        fast_unchecked=True,
+    ),
+    "cheat_patches_protocol_package": Cheat(
+        static("DynamicAccess"), tiny=True, unchecked=(S.rejected, ST.compile, "PatchedHarness")
+    ),
+    "cheat_tensor_subclass": Cheat(
+        static("TensorSubclass"),
+        tiny=True,
+        unchecked=(S.rejected, ST.correctness, "TensorSubclass"),
+        fast_unchecked=True,
+    ),
     "cheat_epilogue_does_the_work": Cheat((S.rejected, ST.correctness, "TorchCompute"), problem="row_sum", tiny=True),
-    "cheat_epilogue_sums_an_input_copy": Cheat((S.rejected, ST.correctness, "TorchCompute"), problem="row_sum",
-                                               tiny=True, slow=True),
+    "cheat_epilogue_sums_an_input_copy": Cheat(
+        (S.rejected, ST.correctness, "TorchCompute"), problem="row_sum", tiny=True, slow=True
+    ),
     # the evaluator's own functions
     "cheat_patches_allclose": Cheat(static("MonkeyPatch")),
     "cheat_patches_timer": Cheat(static("MonkeyPatch")),
-    "cheat_patches_via_importlib": Cheat(static("DynamicAccess"), tiny=True,
-                                         unchecked=(S.rejected, ST.compile, "PatchedHarness")),
-    "cheat_patches_unwatched": Cheat(static("DynamicAccess"), tiny=True,
-                                     unchecked=(S.incorrect, ST.correctness, "ValueMismatch"), fast_unchecked=True),
+    "cheat_patches_via_importlib": Cheat(
+        static("DynamicAccess"), tiny=True, unchecked=(S.rejected, ST.compile, "PatchedHarness")
+    ),
+    "cheat_patches_unwatched": Cheat(
+        static("DynamicAccess"),
+        tiny=True,
+        unchecked=(S.incorrect, ST.correctness, "ValueMismatch"),
+        fast_unchecked=True,
+    ),
     "cheat_side_stream": Cheat(static("CudaStream")),
     # forged verdicts
     "cheat_forges_status": Cheat(static("FileAccess"), tiny=True, unchecked=(S.crashed, ST.correctness, "Exit0")),
     "cheat_plants_pickle": Cheat(static("ForbiddenImport"), tiny=True, unchecked=(S.crashed, ST.correctness, "Exit0")),
-    "cheat_forges_verdict_from_stack": Cheat(static("FrameIntrospection"), tiny=True,
-                                             unchecked=(S.crashed, ST.correctness, "Exit0"), fast_unchecked=True),
+    "cheat_forges_verdict_from_stack": Cheat(
+        static("FrameIntrospection"), tiny=True, unchecked=(S.crashed, ST.correctness, "Exit0"), fast_unchecked=True
+    ),
     # timing that checks what it timed
     "cheat_honest_first_calls": Cheat((S.incorrect, ST.timing, "ValueMismatch"), tiny=True, timed=True),
-    "cheat_computes_outside_timed_call": Cheat((S.incorrect, ST.timing, "ValueMismatch"), tiny=True, timed=True,
-                                               slow=True),
+    "cheat_computes_outside_timed_call": Cheat(
+        (S.incorrect, ST.timing, "ValueMismatch"), tiny=True, timed=True, slow=True
+    ),
     "cheat_honest_unless_timing_name": Cheat((S.passed, None, None), tiny=True, timed=True, slow=True),
     "cheat_idle_during_graph_capture": Cheat(static("PhaseDetection")),
-    "cheat_patches_bench_sample": Cheat(static("DynamicAccess"), tiny=True, timed=True,
-                                        unchecked=(S.rejected, ST.compile, "PatchedHarness")),
-    "cheat_slows_eager_baseline": Cheat(static("GlobalHook"), tiny=True, timed=True,
-                                        unchecked=(S.passed, None, None), fast_unchecked=True),
+    "cheat_patches_bench_sample": Cheat(
+        static("DynamicAccess"), tiny=True, timed=True, unchecked=(S.rejected, ST.compile, "PatchedHarness")
+    ),
+    "cheat_slows_eager_baseline": Cheat(
+        static("GlobalHook"), tiny=True, timed=True, unchecked=(S.passed, None, None), fast_unchecked=True
+    ),
     # secrets
-    "cheat_reads_parent_environ": Cheat(static("FileAccess"), tiny=True, unchecked=(S.crashed, ST.correctness, None),
-                                        sandbox=True, fast_unchecked=True),
+    "cheat_reads_parent_environ": Cheat(
+        static("FileAccess"), tiny=True, unchecked=(S.crashed, ST.correctness, None), sandbox=True, fast_unchecked=True
+    ),
     "cheat_prints_secrets": Cheat((S.crashed, ST.correctness, "RuntimeError"), tiny=True),
     # the store and the evaluator itself
-    "cheat_forges_store_document": Cheat(static("FileAccess"), tiny=True, unchecked=(S.crashed, ST.correctness, None),
-                                         sandbox=True),
-    "cheat_corrupts_store": Cheat(static("FileAccess"), tiny=True, unchecked=(S.crashed, ST.correctness, None),
-                                  sandbox=True, fast_unchecked=True),
-    "cheat_appends_to_compare": Cheat(static("FileAccess"), tiny=True, unchecked=(S.crashed, ST.correctness, None),
-                                      sandbox=True),
+    "cheat_forges_store_document": Cheat(
+        static("FileAccess"), tiny=True, unchecked=(S.crashed, ST.correctness, None), sandbox=True
+    ),
+    "cheat_corrupts_store": Cheat(
+        static("FileAccess"), tiny=True, unchecked=(S.crashed, ST.correctness, None), sandbox=True, fast_unchecked=True
+    ),
+    "cheat_appends_to_compare": Cheat(
+        static("FileAccess"), tiny=True, unchecked=(S.crashed, ST.correctness, None), sandbox=True
+    ),
     # processes
     "cheat_never_returns": Cheat((S.timed_out, ST.correctness, "Timeout"), tiny=True),
     "cheat_sigkill": Cheat((S.crashed, ST.correctness, "SIGKILL")),
     "cheat_os_exit": Cheat((S.crashed, ST.correctness, "Exit0"), tiny=True),
     "cheat_sys_exit": Cheat((S.crashed, ST.correctness, "Exit0"), tiny=True),
     "cheat_raises": Cheat((S.crashed, ST.correctness, "RuntimeError"), tiny=True),
-    "cheat_setsid_grandchild": Cheat(static("ProcessSpawn"), tiny=True,
-                                     unchecked=(S.incorrect, ST.correctness, "ValueMismatch"), sandbox=True,
-                                     fast_unchecked=True),
-    "cheat_kills_parent": Cheat(static("ParentSignal"), tiny=True,
-                                unchecked=(S.incorrect, ST.correctness, "ValueMismatch"), sandbox=True),
-    "cheat_stops_parent": Cheat(static("ParentSignal"), tiny=True,
-                                unchecked=(S.incorrect, ST.correctness, "ValueMismatch"), sandbox=True),
+    "cheat_setsid_grandchild": Cheat(
+        static("ProcessSpawn"),
+        tiny=True,
+        unchecked=(S.incorrect, ST.correctness, "ValueMismatch"),
+        sandbox=True,
+        fast_unchecked=True,
+    ),
+    "cheat_kills_parent": Cheat(
+        static("ParentSignal"), tiny=True, unchecked=(S.incorrect, ST.correctness, "ValueMismatch"), sandbox=True
+    ),
+    "cheat_stops_parent": Cheat(
+        static("ParentSignal"), tiny=True, unchecked=(S.incorrect, ST.correctness, "ValueMismatch"), sandbox=True
+    ),
     "cheat_memory_bomb": Cheat((S.crashed, ST.correctness, "RuntimeError"), tiny=True),
-    "cheat_file_bomb": Cheat(static("FileAccess"), tiny=True, unchecked=(S.crashed, ST.correctness, "OSError"),
-                             sandbox=True),
-    "cheat_fork_bomb": Cheat(static("ProcessSpawn"), tiny=True, unchecked=(S.crashed, ST.correctness, "BlockingIOError"),
-                             sandbox=True),
+    "cheat_file_bomb": Cheat(
+        static("FileAccess"), tiny=True, unchecked=(S.crashed, ST.correctness, "OSError"), sandbox=True
+    ),
+    "cheat_fork_bomb": Cheat(
+        static("ProcessSpawn"), tiny=True, unchecked=(S.crashed, ST.correctness, "BlockingIOError"), sandbox=True
+    ),
     # inputs that find real bugs
     "cheat_softmax_no_max": Cheat((S.incorrect, ST.correctness, "NonFinite"), problem="softmax", tiny=True),
-    "cheat_logsumexp_no_max": Cheat((S.incorrect, ST.correctness, "NonFinite"), problem="log_softmax", tiny=True,
-                                    slow=True),
+    "cheat_logsumexp_no_max": Cheat(
+        (S.incorrect, ST.correctness, "NonFinite"), problem="log_softmax", tiny=True, slow=True
+    ),
     "cheat_wrong_layout": Cheat((S.incorrect, ST.correctness, "LayoutMismatch"), tiny=True),
     "cheat_wrong_past_8_rows": Cheat((S.incorrect, ST.correctness, "NonFinite")),
     "cheat_wrong_past_1024_cols": Cheat((S.incorrect, ST.correctness, None)),
@@ -169,8 +201,12 @@ def world(tmp_path, monkeypatch):
 
 
 def _source(stem: str, world) -> str:
-    return (CHEATS / f"{stem}.py").read_text().replace("__KSCOUT_HOME__", str(world["home"])).replace(
-        "__MARKER__", world["marker"])
+    return (
+        (CHEATS / f"{stem}.py")
+        .read_text()
+        .replace("__KSCOUT_HOME__", str(world["home"]))
+        .replace("__MARKER__", world["marker"])
+    )
 
 
 def _run(stem: str, cheat: Cheat, world, monkeypatch, *, sandbox: str = "auto"):
@@ -178,8 +214,16 @@ def _run(stem: str, cheat: Cheat, world, monkeypatch, *, sandbox: str = "auto"):
     if cheat.timed:
         monkeypatch.setattr(harness, "HOST_TIMING", True)
     started = time.monotonic()
-    result = evaluate(_source(stem, world), _problem(cheat), device="cpu", trials=1, seed=1234,
-                      timeout_s=TIMEOUT_S.get(stem, 60.0), baselines=("eager",), sandbox=sandbox)
+    result = evaluate(
+        _source(stem, world),
+        _problem(cheat),
+        device="cpu",
+        trials=1,
+        seed=1234,
+        timeout_s=TIMEOUT_S.get(stem, 60.0),
+        baselines=("eager",),
+        sandbox=sandbox,
+    )
     world["wall_s"] = time.monotonic() - started
     return result
 
@@ -290,8 +334,10 @@ def _check_details(stem: str, result, world) -> None:
         assert result.message.endswith("RuntimeError: the candidate gave up")
     elif stem == "cheat_triton_compile_error":
         assert "arange's range must be a power of 2" in result.message
-    elif stem in ("cheat_forges_status", "cheat_plants_pickle", "cheat_forges_verdict_from_stack") \
-            and result.status is Status.crashed:
+    elif (
+        stem in ("cheat_forges_status", "cheat_plants_pickle", "cheat_forges_verdict_from_stack")
+        and result.status is Status.crashed
+    ):
         assert "without reporting" in result.message  # what it wrote into scratch was never read
         assert not PICKLE_MARKER.exists()
     elif stem == "cheat_side_stream":
@@ -314,8 +360,11 @@ def _check_details(stem: str, result, world) -> None:
         assert hashlib.sha256(compare.read_bytes()).hexdigest() == _COMPARE_SHA
     elif stem == "cheat_setsid_grandchild" and result.status is Status.incorrect:
         time.sleep(0.3)
-        assert not [pid for pid in filter(str.isdigit, os.listdir("/proc")) if _cmdline(pid).endswith(
-            f"sleep {world['marker']}")]
+        assert not [
+            pid
+            for pid in filter(str.isdigit, os.listdir("/proc"))
+            if _cmdline(pid).endswith(f"sleep {world['marker']}")
+        ]
     elif stem == "cheat_stops_parent" and result.status is Status.incorrect:
         assert world["wall_s"] < 60.0  # the parent's clock never stopped
     elif stem == "cheat_softmax_no_max" or stem == "cheat_logsumexp_no_max":

@@ -17,8 +17,25 @@ def test_bench_on_the_cpu_writes_one_row_with_speed_columns_not_measured(hwdocs_
     shutil.copytree(hwdocs_store_template, store)  # the shipped docs are already embedded: no 20 s ingest
     out = tmp_path / "out"
 
-    assert main(["--problems", "layernorm", "--budget", "2", "--trials", "1", "--device", "cpu",
-                 "--out", str(out), "--store", str(store)]) == 0
+    assert (
+        main(
+            [
+                "--problems",
+                "layernorm",
+                "--budget",
+                "2",
+                "--trials",
+                "1",
+                "--device",
+                "cpu",
+                "--out",
+                str(out),
+                "--store",
+                str(store),
+            ]
+        )
+        == 0
+    )
 
     with open(out / "bench_search.csv", newline="") as f:
         rows = list(csv.DictReader(f))
@@ -27,8 +44,15 @@ def test_bench_on_the_cpu_writes_one_row_with_speed_columns_not_measured(hwdocs_
     assert (row["problem"], row["case"], row["dtype"]) == ("layernorm", "M=8,N=256", "bfloat16")
     assert row["evaluations"] == "2"
     assert len(row["best_candidate"]) == 12  # the first passing candidate (correctness only)
-    for col in ("best_p50_ms", "gbps", "pct_of_copy_ceiling", "speedup_vs_eager", "speedup_vs_torch_compile",
-                "speedup_vs_seed", "evals_to_within_5pct"):
+    for col in (
+        "best_p50_ms",
+        "gbps",
+        "pct_of_copy_ceiling",
+        "speedup_vs_eager",
+        "speedup_vs_torch_compile",
+        "speedup_vs_seed",
+        "evals_to_within_5pct",
+    ):
         assert row[col] == NOT_MEASURED, col
     captured = capsys.readouterr()
     assert "[1/1] layernorm M=8,N=256|bfloat16" in captured.err
@@ -39,47 +63,72 @@ def test_a_timed_run_row_takes_speeds_from_the_remeasure_and_the_seed_from_the_s
     """The GPU path, from a recorded H200 evaluation written into a real store: no device needed."""
     from pathlib import Path
 
+    from test_lifecycle_support import make_run, variant
+
     import evaluation
     from agent.search.bench import summarize_run
     from evaluation.records import EvalResult, source_sha256
     from store import Store
     from store.records import CandidateRecord, RunStatus, utc_now
-    from test_lifecycle_support import make_run, variant
 
     case = "M=4096,N=4096|bfloat16"
     recorded = EvalResult.model_validate_json(
-        (Path(__file__).parent / "eval_fixtures" / "h200_layernorm_seed.json").read_text())
+        (Path(__file__).parent / "eval_fixtures" / "h200_layernorm_seed.json").read_text()
+    )
     seed = recorded.model_copy(update={"timing": tuple(t for t in recorded.timing if t.case_id == case)})
 
     def faster(result, factor, source):  # the same timings with the candidate `factor` times faster
         t = result.timing[0]
-        c = t.candidate.model_copy(update={"latency_ms_p50": t.candidate.latency_ms_p50 / factor,
-                                           "latency_ms_p20": t.candidate.latency_ms_p20 / factor,
-                                           "latency_ms_p80": t.candidate.latency_ms_p80 / factor})
+        c = t.candidate.model_copy(
+            update={
+                "latency_ms_p50": t.candidate.latency_ms_p50 / factor,
+                "latency_ms_p20": t.candidate.latency_ms_p20 / factor,
+                "latency_ms_p80": t.candidate.latency_ms_p80 / factor,
+            }
+        )
         sp = tuple(s.model_copy(update={"ratio": s.ratio * factor}) for s in t.speedups)
-        return result.model_copy(update={"timing": (t.model_copy(update={"candidate": c, "speedups": sp}),),
-                                         "candidate_sha256": source_sha256(source)})
+        return result.model_copy(
+            update={
+                "timing": (t.model_copy(update={"candidate": c, "speedups": sp}),),
+                "candidate_sha256": source_sha256(source),
+            }
+        )
 
     sources = {name: variant(i) for i, name in enumerate(("seed", "slow", "good", "best"))}
     with Store.open(tmp_path / "store") as store:
         run = make_run(store, evaluation.load_problem("layernorm", device="cuda"), recorded.fingerprint)
         for name, src in sources.items():
-            store.add_candidate(CandidateRecord(candidate_id=source_sha256(src), run_id=run.run_id, generation=0,
-                                                proposer="seed" if name == "seed" else "template", source=src,
-                                                created_at=utc_now()))
+            store.add_candidate(
+                CandidateRecord(
+                    candidate_id=source_sha256(src),
+                    run_id=run.run_id,
+                    generation=0,
+                    proposer="seed" if name == "seed" else "template",
+                    source=src,
+                    created_at=utc_now(),
+                )
+            )
         for name, factor in (("seed", 1.0), ("slow", 0.5), ("good", 1.2), ("best", 1.25)):
             store.add_evaluation(run.run_id, source_sha256(sources[name]), faster(seed, factor, sources[name]))
         for name, factor in (("best", 1.3), ("seed", 1.02)):
-            store.add_evaluation(run.run_id, source_sha256(sources[name]), faster(seed, factor, sources[name]),
-                                 kind="remeasure")
-        store.finish_run(run.run_id, status=RunStatus.finished, stop_reason="evaluation_budget",
-                         best_candidate_id=source_sha256(sources["best"]))
+            store.add_evaluation(
+                run.run_id, source_sha256(sources[name]), faster(seed, factor, sources[name]), kind="remeasure"
+            )
+        store.finish_run(
+            run.run_id,
+            status=RunStatus.finished,
+            stop_reason="evaluation_budget",
+            best_candidate_id=source_sha256(sources["best"]),
+        )
         row = summarize_run(store, run.run_id, case)
     t = seed.timing[0]
     eager = {s.baseline: s.ratio for s in t.speedups}
     p50 = t.candidate.latency_ms_p50 / 1.3
-    assert (row["case"], row["dtype"], row["best_candidate"]) == ("M=4096,N=4096", "bfloat16",
-                                                                 source_sha256(sources["best"])[:12])
+    assert (row["case"], row["dtype"], row["best_candidate"]) == (
+        "M=4096,N=4096",
+        "bfloat16",
+        source_sha256(sources["best"])[:12],
+    )
     assert row["evaluations"] == 4
     assert row["timing_source"] == "remeasure" and abs(row["best_p50_ms"] - p50) < 1e-12
     assert abs(row["gbps"] - t.achieved_gbps) < 1e-6  # the stored GB/s of that case, as every view shows it

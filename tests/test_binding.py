@@ -66,13 +66,31 @@ def test_weights_that_cannot_be_mapped_are_named_and_the_failure_says_so():
     report = bind(Cand(), {"weight": torch.randn(6)})
     assert not report.loaded and report.method == "none"
     assert report.unmatched_reference == ("weight",) and report.unmatched_candidate == ("scale",)
-    assert report.message == ("could not map every reference weight onto the candidate: reference weight(s) "
-                              "weight [6] have no counterpart in the candidate; the candidate's scale [5] keep "
-                              "their own random initialisation")
-    fp = Fingerprint(device_kind="cpu", device_name="cpu", arch="cpu", triton_version="x", torch_version="x",
-                     python_version="x", kernelscout_version="x")
-    failed = EvalResult(status=Status.incorrect, message="2 of 2 cases failed", candidate_sha256="0", problem_id="p",
-                        problem_name="n", device="cpu", fingerprint=fp, started_at="t", duration_s=0.0)
+    assert report.message == (
+        "could not map every reference weight onto the candidate: reference weight(s) "
+        "weight [6] have no counterpart in the candidate; the candidate's scale [5] keep "
+        "their own random initialisation"
+    )
+    fp = Fingerprint(
+        device_kind="cpu",
+        device_name="cpu",
+        arch="cpu",
+        triton_version="x",
+        torch_version="x",
+        python_version="x",
+        kernelscout_version="x",
+    )
+    failed = EvalResult(
+        status=Status.incorrect,
+        message="2 of 2 cases failed",
+        candidate_sha256="0",
+        problem_id="p",
+        problem_name="n",
+        device="cpu",
+        fingerprint=fp,
+        started_at="t",
+        duration_s=0.0,
+    )
     out = annotate(failed, report)
     assert out.weight_binding == report and out.message.startswith("2 of 2 cases failed (could not map")
 

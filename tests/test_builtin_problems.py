@@ -17,8 +17,15 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from evaluation.records import DEFAULT_TOLERANCES
 
 OWNED = (
-    "rmsnorm", "softmax", "log_softmax", "cross_entropy", "swiglu", "geglu", "add_rmsnorm",
-    "row_sum", "matmul_epilogue",
+    "rmsnorm",
+    "softmax",
+    "log_softmax",
+    "cross_entropy",
+    "swiglu",
+    "geglu",
+    "add_rmsnorm",
+    "row_sum",
+    "matmul_epilogue",
 )
 ALL = ("layernorm",) + OWNED
 SIZE_CONSTANTS = {name: ("M", "N") for name in ALL}
@@ -30,16 +37,27 @@ INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 DEVICE = "cpu" if INTERPRETED or not torch.cuda.is_available() else "cuda"
 WITH_PARAMETERS = ("layernorm", "rmsnorm", "add_rmsnorm", "matmul_epilogue")
 # Seeds whose rows loop over fixed blocks, and the attribute that caps the block.
-LOOPED = {"softmax": "max_block_n", "log_softmax": "max_block_n", "cross_entropy": "max_block_v",
-          "row_sum": "max_block_n", "layernorm": "max_block_n", "rmsnorm": "max_block_n",
-          "add_rmsnorm": "max_block_n"}
+LOOPED = {
+    "softmax": "max_block_n",
+    "log_softmax": "max_block_n",
+    "cross_entropy": "max_block_v",
+    "row_sum": "max_block_n",
+    "layernorm": "max_block_n",
+    "rmsnorm": "max_block_n",
+    "add_rmsnorm": "max_block_n",
+}
 # What a seed's forward may ask of PyTorch: allocation, views, and the interpreter's own staging of
 # tensors through host memory (copy_, new_empty, set_). Anything else is PyTorch doing the work.
 NON_COMPUTE_OPS = {
-    "aten.empty.memory_format", "aten.empty_like.default", "aten.empty_strided.default",
-    "aten.new_empty.default", "aten.view.default", "aten._unsafe_view.default",
+    "aten.empty.memory_format",
+    "aten.empty_like.default",
+    "aten.empty_strided.default",
+    "aten.new_empty.default",
+    "aten.view.default",
+    "aten._unsafe_view.default",
     "aten.copy_.default",
-    "aten.set_.source_Storage", "aten.set_.source_Storage_storage_offset",
+    "aten.set_.source_Storage",
+    "aten.set_.source_Storage_storage_offset",
 }
 
 
@@ -53,6 +71,7 @@ def _seed(name):
 
 def _cases(names, device="cpu", slow_big=False):
     """`slow_big`: the "big" case is marked slow (a test that forces tiny blocks on it takes 5-25 s)."""
+
     def case_id(name, case):
         return f"{name}-" + ",".join(f"{k}={v}" for k, v in case.items() if k != "tags")
 
@@ -241,8 +260,10 @@ def test_cpu_set_crosses_the_common_block_sizes(name):
     assert any(all(not _is_pow2(c[d]) for d in sizes) for c in cases), name
 
 
-NEW_GPU_CASES = {name: {(16384, 8192): "llm_scale"} for name in ("layernorm", "rmsnorm", "add_rmsnorm", "softmax",
-                                                                 "log_softmax", "swiglu", "geglu")}
+NEW_GPU_CASES = {
+    name: {(16384, 8192): "llm_scale"}
+    for name in ("layernorm", "rmsnorm", "add_rmsnorm", "softmax", "log_softmax", "swiglu", "geglu")
+}
 for _name in ("layernorm", "rmsnorm", "add_rmsnorm", "softmax", "log_softmax"):
     NEW_GPU_CASES[_name][(16, 4194304)] = "long_rows"
 

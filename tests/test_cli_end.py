@@ -22,7 +22,7 @@ from store.records import RunStatus
 
 KSCOUT = str(Path(sys.executable).parent / "kscout")
 ROOT = Path(__file__).resolve().parents[1]
-SORT_PROBLEM = '''import torch
+SORT_PROBLEM = """import torch
 from torch import nn
 
 M = 4
@@ -40,7 +40,7 @@ def get_inputs():
 
 def get_init_inputs():
     return []
-'''
+"""
 
 
 @pytest.fixture
@@ -92,8 +92,7 @@ def optimized(tmp_path_factory):
     return folder, code
 
 
-def test_optimize_writes_the_best_kernel_prints_its_path_and_the_header_reevaluates_it(optimized, capsys,
-                                                                                     monkeypatch):
+def test_optimize_writes_the_best_kernel_prints_its_path_and_the_header_reevaluates_it(optimized, capsys, monkeypatch):
     folder, code = optimized
     assert code == 0
     monkeypatch.chdir(folder)
@@ -115,8 +114,7 @@ def test_optimize_writes_the_best_kernel_prints_its_path_and_the_header_reevalua
     assert code == 0 and out == text.replace(str(path.relative_to(folder)), "THIS_FILE.py")
 
 
-def test_show_source_prints_any_candidate_and_refuses_a_candidate_without_the_flag(optimized, capsys,
-                                                                                 monkeypatch):
+def test_show_source_prints_any_candidate_and_refuses_a_candidate_without_the_flag(optimized, capsys, monkeypatch):
     folder, _ = optimized
     monkeypatch.chdir(folder)
     code, out, _ = kscout(["runs", "--store", "store", "--json"], capsys)
@@ -142,11 +140,14 @@ def test_a_run_without_a_passing_candidate_exits_1_and_writes_no_kernel(cwd, cap
     assert not (cwd / "kscout-best").exists()
 
 
-@pytest.mark.parametrize("argv, needle", [
-    (["optimize", "layernorm", "--budget", "0"], "--budget must be at least 1"),
-    (["resume", "no-such-run"], "no run matches 'no-such-run'"),
-    (["show", "no-such-run", "--source"], "no run matches 'no-such-run'"),
-])
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["optimize", "layernorm", "--budget", "0"], "--budget must be at least 1"),
+        (["resume", "no-such-run"], "no run matches 'no-such-run'"),
+        (["show", "no-such-run", "--source"], "no run matches 'no-such-run'"),
+    ],
+)
 def test_bad_input_exits_2_with_one_line(cwd, capsys, argv, needle):
     code, out, err = kscout(argv + ["--store", "store"], capsys)
     lines = err.strip().splitlines()
@@ -155,10 +156,11 @@ def test_bad_input_exits_2_with_one_line(cwd, capsys, argv, needle):
 
 def test_an_interrupt_inside_the_session_marks_the_claimed_run_and_exits_3(cwd, capsys, monkeypatch):
     """The fast path of the mapping: a session that was started (and claimed) and then interrupted."""
+    from test_lifecycle_support import cpu_fp, make_run
+
     import agent.search.session as session
     import evaluation
     from agent.search.session import SessionEvent
-    from test_lifecycle_support import cpu_fp, make_run
 
     def interrupted_start(config, st, on_event=None, **_):
         run = make_run(st, evaluation.load_problem("layernorm", device="cpu"), cpu_fp())
@@ -173,15 +175,18 @@ def test_an_interrupt_inside_the_session_marks_the_claimed_run_and_exits_3(cwd, 
 
     monkeypatch.setattr(session, "start", interrupted_start)
     code, out, err = kscout(["optimize", "layernorm", "--device", "cpu", "--store", "store"], capsys)
-    (run_id, state), = ((r, v["state"]) for r, v in runs_json(cwd / "store", capsys).items())
+    ((run_id, state),) = ((r, v["state"]) for r, v in runs_json(cwd / "store", capsys).items())
     assert code == 3 and out == "" and state == "interrupted"
-    assert err.strip().splitlines()[-2:] == [f"kscout: interrupted (SIGINT): run {run_id} marked interrupted",
-                                        f"resume with: kscout resume {run_id}"]
+    assert err.strip().splitlines()[-2:] == [
+        f"kscout: interrupted (SIGINT): run {run_id} marked interrupted",
+        f"resume with: kscout resume {run_id}",
+    ]
 
 
 @pytest.mark.slow
-def test_ctrl_c_marks_the_run_interrupted_prints_the_resume_hint_exits_3_and_resume_finishes_it(cwd, capsys,
-                                                                                               monkeypatch):
+def test_ctrl_c_marks_the_run_interrupted_prints_the_resume_hint_exits_3_and_resume_finishes_it(
+    cwd, capsys, monkeypatch
+):
     """Ctrl-C raises KeyboardInterrupt in the main thread wherever the session is; here: as an evaluation
     lands. The real signals (SIGINT, SIGTERM) through a separate process are the slow tests below."""
     real = search_cli._ProgressView.__call__
@@ -192,8 +197,9 @@ def test_ctrl_c_marks_the_run_interrupted_prints_the_resume_hint_exits_3_and_res
             raise KeyboardInterrupt
 
     monkeypatch.setattr(search_cli._ProgressView, "__call__", ctrl_c_after_first_evaluation)
-    code, out, err = kscout(["optimize", "layernorm", "--device", "cpu", "--budget", "3", "--trials", "1",
-                             "--store", "store"], capsys)
+    code, out, err = kscout(
+        ["optimize", "layernorm", "--device", "cpu", "--budget", "3", "--trials", "1", "--store", "store"], capsys
+    )
     run_id = err.split("resume with: kscout resume ", 1)[1].split()[0]
     assert code == 3 and out == ""
     assert f"kscout: interrupted (SIGINT): run {run_id} marked interrupted\nresume with: kscout resume {run_id}" in err
@@ -211,9 +217,26 @@ def test_ctrl_c_marks_the_run_interrupted_prints_the_resume_hint_exits_3_and_res
 
 
 def _start(store: Path, budget: int = 30) -> subprocess.Popen:
-    return subprocess.Popen([KSCOUT, "optimize", "layernorm", "--device", "cpu", "--budget", str(budget),
-                             "--trials", "1", "--store", str(store)], cwd=store.parent, env=env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [
+            KSCOUT,
+            "optimize",
+            "layernorm",
+            "--device",
+            "cpu",
+            "--budget",
+            str(budget),
+            "--trials",
+            "1",
+            "--store",
+            str(store),
+        ],
+        cwd=store.parent,
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _wait_for(proc: subprocess.Popen, needle: str, timeout_s: float = 240) -> list[str]:
@@ -242,8 +265,10 @@ def test_a_real_signal_to_optimize_marks_the_run_and_exits_3(tmp_path, sig, name
             proc.kill()
     run_id = next(ln for ln in lines if ln.startswith("[started")).split("run ", 1)[1].split(":")[0]
     assert proc.returncode == 3, err
-    assert err.strip().splitlines()[-2:] == [f"kscout: interrupted ({name}): run {run_id} marked interrupted",
-                                             f"resume with: kscout resume {run_id}"]
+    assert err.strip().splitlines()[-2:] == [
+        f"kscout: interrupted ({name}): run {run_id} marked interrupted",
+        f"resume with: kscout resume {run_id}",
+    ]
     with Store.open(tmp_path / "store") as st:
         assert st.get_run(run_id).status is RunStatus.interrupted
 

@@ -12,11 +12,11 @@ import time
 from pathlib import Path
 
 import pytest
+from test_lifecycle_support import add_candidate, cpu_fp, gpu_fp, make_run, variant, write_deployment
+from test_report import write_run
 
 import evaluation
 from store import Store
-from test_lifecycle_support import add_candidate, cpu_fp, gpu_fp, make_run, variant, write_deployment
-from test_report import write_run
 
 ROOT = Path(__file__).resolve().parents[1]
 # Runs a kscout command and reports, on exit, whether torch was imported and how long it took.
@@ -34,8 +34,9 @@ def home(tmp_path_factory):
     home = tmp_path_factory.mktemp("output") / "store"
     with Store.open(home) as st:
         cpu_run, cpu_nodes = write_run(st, evaluation.load_problem("layernorm", device="cpu"), cpu_fp(), {})
-        gpu_run, gpu_nodes = write_run(st, evaluation.load_problem("layernorm", device="cuda"), gpu_fp(),
-                                       {"seed": 1.0, "a": 1.3, "d": 1.5})
+        gpu_run, gpu_nodes = write_run(
+            st, evaluation.load_problem("layernorm", device="cuda"), gpu_fp(), {"seed": 1.0, "a": 1.3, "d": 1.5}
+        )
         problem = evaluation.load_problem("rmsnorm", device="cuda")
         run = make_run(st, problem, gpu_fp())
         write_deployment(st, problem, add_candidate(st, run, variant(7)), gpu_fp(), speedup=(1.45, 1.4, 1.5))
@@ -45,8 +46,7 @@ def home(tmp_path_factory):
 def kscout(*argv: str, columns: int = 80) -> tuple[int, str, str]:
     """The console script in a fresh process, stdout a pipe, $COLUMNS set."""
     env = {**os.environ, "COLUMNS": str(columns), "PYTHONPATH": str(ROOT), "KSCOUT_VECTORS": "off"}
-    done = subprocess.run([sys.executable, "-c", PROBE, *argv], capture_output=True, text=True, env=env,
-                          timeout=120)
+    done = subprocess.run([sys.executable, "-c", PROBE, *argv], capture_output=True, text=True, env=env, timeout=120)
     return done.returncode, done.stdout, done.stderr
 
 
@@ -56,9 +56,15 @@ def probe(err: str) -> tuple[bool, float]:
     return fields["torch"] == "True", float(fields["s"])
 
 
-@pytest.mark.parametrize("argv", [
-    ["runs"], ["deployed"], ["history", "rmsnorm", "--device", "sm_90"], ["docs"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["runs"],
+        ["deployed"],
+        ["history", "rmsnorm", "--device", "sm_90"],
+        ["docs"],
+    ],
+)
 def test_listing_commands_do_not_import_torch(home, argv):
     code, out, err = kscout(*argv, "--store", str(home[0]))
     torch_loaded, seconds = probe(err)
@@ -107,10 +113,17 @@ def test_empty_listings_say_none(tmp_path):
         assert code == 0 and out.strip() == expected
 
 
-@pytest.mark.parametrize("argv", [
-    ["runs"], ["deployed"], ["history", "rmsnorm", "--device", "sm_90"], ["show", "RUN"], ["report", "RUN"],
-    ["problems"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["runs"],
+        ["deployed"],
+        ["history", "rmsnorm", "--device", "sm_90"],
+        ["show", "RUN"],
+        ["report", "RUN"],
+        ["problems"],
+    ],
+)
 def test_json_is_one_compact_object_on_one_line(home, argv):
     argv = [home[3].run_id if a == "RUN" else a for a in argv]
     code, out, err = kscout(*argv, "--json", *(["--store", str(home[0])] if argv[0] != "problems" else []))
@@ -120,8 +133,9 @@ def test_json_is_one_compact_object_on_one_line(home, argv):
 
 
 def test_help_shows_flags_as_flags_and_names_the_exit_codes(capsys, monkeypatch):
-    from agent.cli import build_app, main
     from typer.main import get_command
+
+    from agent.cli import build_app, main
 
     monkeypatch.setenv("COLUMNS", "80")
     main(["--help"])

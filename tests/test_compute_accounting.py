@@ -19,9 +19,18 @@ def K(name, ops=(), replay=False):
 
 
 def test_the_candidates_own_triton_kernels_and_memory_traffic_are_accounted_for():
-    got = classify([K("_layernorm_fwd"), K("_layernorm_fwd_0d1d2d"), K("Memset (Device)"),
-                    K("Memcpy DtoD (Device -> Device)"), K("_layernorm_fwd", replay=True)],
-                   ["_layernorm_fwd"], [], [])
+    got = classify(
+        [
+            K("_layernorm_fwd"),
+            K("_layernorm_fwd_0d1d2d"),
+            K("Memset (Device)"),
+            K("Memcpy DtoD (Device -> Device)"),
+            K("_layernorm_fwd", replay=True),
+        ],
+        ["_layernorm_fwd"],
+        [],
+        [],
+    )
     assert got.foreign == [] and got.hybrid_ops == set()
 
 
@@ -38,8 +47,11 @@ def test_aten_kernels_are_pytorch_compute_unless_plumbing_epilogue_or_allowed():
 
 
 def test_in_a_graph_replay_a_kernel_is_judged_by_its_name():
-    replayed = [K("_relu", replay=True), K("void at::native::direct_copy_kernel_cuda", replay=True),
-                K("cudnn::implicit_convolve_sgemm", replay=True)]
+    replayed = [
+        K("_relu", replay=True),
+        K("void at::native::direct_copy_kernel_cuda", replay=True),
+        K("cudnn::implicit_convolve_sgemm", replay=True),
+    ]
     assert classify(replayed, ["_relu"], [], []).foreign == ["cudnn::implicit_convolve_sgemm"]
     assert classify(replayed, ["_relu"], ["convolution"], []).foreign == []  # a hybrid's own PyTorch op
     inductor = classify([K("triton_poi_fused_relu_0", replay=True)], ["_relu"], [], [])
@@ -49,8 +61,10 @@ def test_in_a_graph_replay_a_kernel_is_judged_by_its_name():
 def test_triton_functions_are_read_from_the_source():
     source = (FIXTURES / "conv_relu_hybrid.py").read_text()
     assert triton_functions(source) == ["_relu"]
-    assert triton_functions("import triton\n@triton.autotune(configs=[], key=[])\n@triton.jit\ndef _a(X):\n"
-                            "    pass\ndef helper():\n    pass\n") == ["_a"]
+    assert triton_functions(
+        "import triton\n@triton.autotune(configs=[], key=[])\n@triton.jit\ndef _a(X):\n"
+        "    pass\ndef helper():\n    pass\n"
+    ) == ["_a"]
 
 
 def test_a_mean_of_the_candidates_own_triton_losses_passes_and_is_labelled():
@@ -69,9 +83,15 @@ def test_a_problem_may_leave_the_convolution_to_pytorch_and_the_kernel_is_a_hybr
 
 def test_the_same_convolution_is_pytorch_compute_where_the_problem_does_not_allow_it(tmp_path):
     strict = tmp_path / "conv_relu_strict.py"
-    strict.write_text((FIXTURES / "conv_relu.py").read_text().replace('ALLOWED_TORCH_OPS = ("aten.convolution",)\n', ""))
-    result = evaluate((FIXTURES / "conv_relu_hybrid.py").read_text(), load_problem(str(strict), "cpu"),
-                      device="cpu", trials=1)
-    assert (result.status, result.failed_stage, result.error_class) == (Status.rejected, Stage.correctness,
-                                                                       "TorchCompute")
+    strict.write_text(
+        (FIXTURES / "conv_relu.py").read_text().replace('ALLOWED_TORCH_OPS = ("aten.convolution",)\n', "")
+    )
+    result = evaluate(
+        (FIXTURES / "conv_relu_hybrid.py").read_text(), load_problem(str(strict), "cpu"), device="cpu", trials=1
+    )
+    assert (result.status, result.failed_stage, result.error_class) == (
+        Status.rejected,
+        Stage.correctness,
+        "TorchCompute",
+    )
     assert "aten.convolution" in result.message

@@ -12,8 +12,9 @@ import pytest
 
 from agent.search.coverage import category, level_of, literal_sizes, run_coverage, summary_line
 
-DEV = Path(os.environ.get("KSCOUT_KERNELBENCH_DEV",
-                          Path(__file__).resolve().parents[1] / ".." / "shared" / "kernelbench-dev"))
+DEV = Path(
+    os.environ.get("KSCOUT_KERNELBENCH_DEV", Path(__file__).resolve().parents[1] / ".." / "shared" / "kernelbench-dev")
+)
 needs_dev = pytest.mark.skipif(not (DEV / "level1").is_dir(), reason=f"no KernelBench dev set at {DEV}")
 
 # one or two problems of each schedule kind, all with plain int size constants (CPU-sized cases)
@@ -35,9 +36,20 @@ CI_SUBSET = [
 
 
 def _row(level, category_, status, x_eager="not measured", x_compile="not measured"):
-    return dict(level=level, problem="p", category=category_, status=status, schedule="s", evaluations=1,
-                first_pass=1, speedup_vs_eager=x_eager, speedup_vs_torch_compile=x_compile, seconds=1.0,
-                run_id="r", detail="")
+    return dict(
+        level=level,
+        problem="p",
+        category=category_,
+        status=status,
+        schedule="s",
+        evaluations=1,
+        first_pass=1,
+        speedup_vs_eager=x_eager,
+        speedup_vs_torch_compile=x_compile,
+        seconds=1.0,
+        run_id="r",
+        detail="",
+    )
 
 
 def test_problems_are_classified_by_level_and_contraction_kind():
@@ -49,9 +61,14 @@ def test_problems_are_classified_by_level_and_contraction_kind():
 
 
 def test_the_summary_counts_the_targets_and_takes_geomeans_over_passed_problems():
-    rows = [_row("1", "other", "passed", 2.0, 1.0), _row("1", "gemm", "passed", 8.0, 4.0),
-            _row("1", "conv", "unsupported"), _row("1", "other", "failed"),
-            _row("2", "gemm", "passed", 1.0, 0.25), _row("2", "conv", "harness_error")]
+    rows = [
+        _row("1", "other", "passed", 2.0, 1.0),
+        _row("1", "gemm", "passed", 8.0, 4.0),
+        _row("1", "conv", "unsupported"),
+        _row("1", "other", "failed"),
+        _row("2", "gemm", "passed", 1.0, 0.25),
+        _row("2", "conv", "harness_error"),
+    ]
     line = summary_line(rows)
     assert "6 problems: 1 failed, 1 harness_error, 3 passed, 1 unsupported" in line
     assert "level-1 without convolutions passed 2/3 (67%)" in line
@@ -64,7 +81,8 @@ def test_the_summary_counts_the_targets_and_takes_geomeans_over_passed_problems(
 def test_literal_sizes_folds_expression_and_tuple_constants(tmp_path):
     src = tmp_path / "level1" / "7_thing.py"
     src.parent.mkdir()
-    src.write_text(textwrap.dedent("""
+    src.write_text(
+        textwrap.dedent("""
         import torch
         M = 1024 * 2
         shape = (32768, 3)
@@ -72,7 +90,8 @@ def test_literal_sizes_folds_expression_and_tuple_constants(tmp_path):
         K = 5
         def get_inputs():
             return [torch.rand(M, *shape)]
-        """))
+        """)
+    )
     out = literal_sizes(src, tmp_path / "copies")
     assert out == tmp_path / "copies" / "level1" / "7_thing.py"
     text = out.read_text()
@@ -87,10 +106,10 @@ def test_literal_sizes_folds_expression_and_tuple_constants(tmp_path):
 @needs_dev
 def test_relu_reaches_a_passed_candidate_through_the_real_search(tmp_path, monkeypatch):
     monkeypatch.setenv("KSCOUT_VECTORS", "off")
-    rows = run_coverage([DEV / "level1" / "19_ReLU.py"], budget=1, device="cpu", out=tmp_path, trials=1,
-                        quiet=True)
+    rows = run_coverage([DEV / "level1" / "19_ReLU.py"], budget=1, device="cpu", out=tmp_path, trials=1, quiet=True)
     assert [(r["status"], r["schedule"], r["evaluations"], r["first_pass"]) for r in rows] == [
-        ("passed", "pointwise", 1, 1)]
+        ("passed", "pointwise", 1, 1)
+    ]
     assert (tmp_path / "coverage.csv").read_text().count("\n") == 2
 
 

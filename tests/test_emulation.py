@@ -23,8 +23,10 @@ from evaluation.problem import exec_problem
 
 DATA = Path(__file__).parent / "data" / "emulation"
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1" or torch.cuda.is_available(),
-                                reason="emulation is for the CPU interpreter")
+pytestmark = pytest.mark.skipif(
+    os.environ.get("TRITON_INTERPRET") != "1" or torch.cuda.is_available(),
+    reason="emulation is for the CPU interpreter",
+)
 
 
 @pytest.fixture
@@ -253,8 +255,14 @@ def test_in_a_worker_like_process_emulation_trips_no_guard(tmp_path, candidate, 
     else:
         path = DATA / candidate
     env = dict(os.environ, PYTHONPATH=str(ROOT), TRITON_INTERPRET="1")
-    proc = subprocess.run([sys.executable, "-c", WORKER_LIKE, str(path), "777"], capture_output=True, text=True,
-                          env=env, timeout=120, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-c", WORKER_LIKE, str(path), "777"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["flagged"] == {} and out["changed"] == []
@@ -270,8 +278,10 @@ def test_a_dry_run_through_pytorch_meta_kernels_leaves_the_harness_bindings_as_t
     """layer_norm on meta tensors runs a Python reference whose first call imports torch._dynamo, which
     rebinds torch.manual_seed; the worker's snapshot would blame the candidate for it."""
     src = tmp_path / "torch_only.py"
-    src.write_text("import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n"
-                   "        return torch.nn.functional.layer_norm(x, (x.shape[-1],))\n")
+    src.write_text(
+        "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n"
+        "        return torch.nn.functional.layer_norm(x, (x.shape[-1],))\n"
+    )
     seed_fn = torch.manual_seed
     model_cls = _load(src, "torch_only").ModelNew
     report = emulation.check_launches_at_scale(model_cls, exec_problem(DATA / "scale2_problem.py"), "float32", "c")

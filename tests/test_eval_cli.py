@@ -27,8 +27,10 @@ def _kscout(argv, capsys) -> tuple[int, str, str]:
 
 
 def test_eval_json_prints_one_object_and_exits_0_when_the_candidate_passes(capsys):
-    code, out, err = _kscout(["eval", str(SEED), "--problem", "layernorm", "--device", "cpu", "--trials", "1",
-                              "--set", "M=2", "--json"], capsys)
+    code, out, err = _kscout(
+        ["eval", str(SEED), "--problem", "layernorm", "--device", "cpu", "--trials", "1", "--set", "M=2", "--json"],
+        capsys,
+    )
     assert code == 0, err
     result = json.loads(out)
     assert out.strip().count("\n") == 0
@@ -42,8 +44,24 @@ def test_eval_json_prints_one_object_and_exits_0_when_the_candidate_passes(capsy
 def test_eval_time_case_reaches_the_problem_the_candidate_is_judged_against(capsys):
     from evaluation import load_problem
 
-    code, out, err = _kscout(["eval", str(SEED), "--problem", "layernorm", "--device", "cpu", "--trials", "1",
-                              "--set", "M=2", "--time-case", "M=2,N=97|bfloat16", "--json"], capsys)
+    code, out, err = _kscout(
+        [
+            "eval",
+            str(SEED),
+            "--problem",
+            "layernorm",
+            "--device",
+            "cpu",
+            "--trials",
+            "1",
+            "--set",
+            "M=2",
+            "--time-case",
+            "M=2,N=97|bfloat16",
+            "--json",
+        ],
+        capsys,
+    )
     assert code == 0, err
     result = json.loads(out)
     picked = load_problem("layernorm", "cpu", {"M": 2}, timed=["M=2,N=97|bfloat16"])
@@ -73,8 +91,10 @@ def test_eval_json_of_a_failing_candidate_still_prints_exactly_one_object(capsys
         (["eval", str(SEED), "-p", "layernorm", "--set", "N=big"], "'big' is not an integer"),
         (["eval", str(SEED), "-p", "layernorm", "--set", "K=4"], "unknown constant 'K'"),
         (["eval", str(SEED), "-p", "layernorm", "--device", "tpu"], "unknown device 'tpu'"),
-        (["eval", str(SEED), "-p", "layernorm", "--device", "cpu", "--time-case", "M=9,N=9|float32"],
-         "unknown case id 'M=9,N=9|float32' for --time-case; valid ids: M=8,N=256|float32"),
+        (
+            ["eval", str(SEED), "-p", "layernorm", "--device", "cpu", "--time-case", "M=9,N=9|float32"],
+            "unknown case id 'M=9,N=9|float32' for --time-case; valid ids: M=8,N=256|float32",
+        ),
     ],
 )
 def test_bad_input_exits_2_with_one_line_and_no_traceback(argv, needle, capsys):
@@ -101,7 +121,8 @@ def test_bench_on_the_cpu_checks_correctness_and_says_timing_was_not_measured(tm
     rows = list(csv.DictReader(out_csv.open()))
     assert list(rows[0]) == list(bench.CSV_FIELDS)
     assert {(r["kernel"], r["provider"], r["metric"], r["unit"], r["p50"]) for r in rows} == {
-        ("layernorm_seed", "triton_seed", "correct", "bool", "1")}
+        ("layernorm_seed", "triton_seed", "correct", "bool", "1")
+    }
     assert len(rows) == len({r["shape"] + r["dtype"] for r in rows}) >= 8
 
 
@@ -137,7 +158,10 @@ def test_bench_rows_of_a_gpu_result_are_tidy_latency_and_bandwidth_measurements(
     first = result.timing[0]
     latency = next(r for r in rows if r["provider"] == "triton_seed" and r["metric"] == "latency_run1")
     assert (latency["p20"], latency["p50"], latency["p80"]) == (
-        first.candidate.latency_ms_p20, first.candidate.latency_ms_p50, first.candidate.latency_ms_p80)
+        first.candidate.latency_ms_p20,
+        first.candidate.latency_ms_p50,
+        first.candidate.latency_ms_p80,
+    )
     bandwidth = next(r for r in rows if r["metric"] == "bandwidth_run1")
     assert abs(bandwidth["p50"] - first.achieved_gbps) < 1e-6 * first.achieved_gbps
     assert all(r["gpu"] == "NVIDIA H200" for r in rows)

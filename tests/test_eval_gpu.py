@@ -39,28 +39,44 @@ def test_seed_on_cuda_is_timed_against_eager_and_compile_with_the_copy_ceiling(s
 
 
 def test_unmasked_fixed_width_kernel_never_passes_on_cuda(small_layernorm):
-    result = evaluate((CHEATS / "cheat_fixed_width.py").read_text(), small_layernorm, device="cuda", trials=1,
-                      time_it=False)
+    result = evaluate(
+        (CHEATS / "cheat_fixed_width.py").read_text(), small_layernorm, device="cuda", trials=1, time_it=False
+    )
     assert result.status in (Status.incorrect, Status.crashed)
     assert not any(r.passed for r in result.shape_results if r.params["N"] != 256)
 
 
 ONE_WARP = SEED.replace("num_warps = min(max(block // 256, 1), 16)", "num_warps = 1")
+
+
 def _fails_later():
     """The seed, but it raises once it has been called 40 times: passes correctness, fails in timing."""
     assert "def forward(self, x" in SEED and "class ModelNew(nn.Module):" in SEED
     head, tail = SEED.split("    def forward(self, x", 1)
     signature, body = tail.split("\n", 1)
-    guard = ("        _CALLS[0] += 1\n"
-             "        if _CALLS[0] > 40:\n"
-             "            raise RuntimeError('worn out after 40 calls')\n")
-    return head.replace("class ModelNew(nn.Module):", "_CALLS = [0]\n\n\nclass ModelNew(nn.Module):", 1) + \
-        "    def forward(self, x" + signature + "\n" + guard + body
+    guard = (
+        "        _CALLS[0] += 1\n"
+        "        if _CALLS[0] > 40:\n"
+        "            raise RuntimeError('worn out after 40 calls')\n"
+    )
+    return (
+        head.replace("class ModelNew(nn.Module):", "_CALLS = [0]\n\n\nclass ModelNew(nn.Module):", 1)
+        + "    def forward(self, x"
+        + signature
+        + "\n"
+        + guard
+        + body
+    )
 
 
 def test_remeasure_interleaves_candidates_with_eager_and_compile(small_layernorm):
-    result = remeasure({"seed": SEED, "one_warp": ONE_WARP}, small_layernorm, device="cuda", rounds=3,
-                       baselines=("eager", "torch_compile"))
+    result = remeasure(
+        {"seed": SEED, "one_warp": ONE_WARP},
+        small_layernorm,
+        device="cuda",
+        rounds=3,
+        baselines=("eager", "torch_compile"),
+    )
     assert result.note is None
     for cand in result.candidates:
         assert cand.error is None and cand.cases
@@ -90,8 +106,9 @@ def test_time_many_times_siblings_against_one_baseline_and_isolates_a_failure(sm
 
 
 def test_rows_a_kernel_never_writes_read_as_nan_not_zero(small_layernorm):
-    result = evaluate((CHEATS / "cheat_partial_write.py").read_text(), small_layernorm, device="cuda", trials=1,
-                      time_it=False)
+    result = evaluate(
+        (CHEATS / "cheat_partial_write.py").read_text(), small_layernorm, device="cuda", trials=1, time_it=False
+    )
     assert result.status is Status.incorrect and result.error_class == "NonFinite"
 
 
@@ -120,8 +137,9 @@ def test_doing_nothing_while_a_graph_is_captured_is_incorrect(small_layernorm, u
 @pytest.mark.parametrize("stem", ["cheat_honest_first_calls", "cheat_computes_outside_timed_call"])
 def test_a_kernel_that_stops_working_when_timed_is_incorrect(small_layernorm, stem):
     result = evaluate(_cheat(stem), small_layernorm, device="cuda", trials=1, baselines=("eager",))
-    assert result.status is Status.incorrect and result.failed_stage in (Stage.correctness, Stage.timing), \
+    assert result.status is Status.incorrect and result.failed_stage in (Stage.correctness, Stage.timing), (
         result.message
+    )
     assert result.timing == ()
 
 
@@ -132,8 +150,9 @@ def test_a_patched_bench_sample_is_rejected_before_anything_is_timed(small_layer
 
 def test_a_global_hook_cannot_slow_the_eager_baseline(small_layernorm, unchecked):
     honest = evaluate(SEED, small_layernorm, device="cuda", trials=1, baselines=("eager",))
-    hooked = evaluate(_cheat("cheat_slows_eager_baseline"), small_layernorm, device="cuda", trials=1,
-                      baselines=("eager",))
+    hooked = evaluate(
+        _cheat("cheat_slows_eager_baseline"), small_layernorm, device="cuda", trials=1, baselines=("eager",)
+    )
     assert honest.passed and hooked.passed, hooked.message
     for h, c in zip(honest.timing, hooked.timing):
         eager_h, eager_c = h.baselines[0].timing.latency_ms_p50, c.baselines[0].timing.latency_ms_p50
@@ -142,8 +161,7 @@ def test_a_global_hook_cannot_slow_the_eager_baseline(small_layernorm, unchecked
 
 
 def test_the_profiler_sees_pytorch_work_the_dispatch_watch_was_blinded_to(small_layernorm, unchecked):
-    result = evaluate(_cheat("cheat_dispatch_runtime_names"), small_layernorm, device="cuda", trials=1,
-                      time_it=False)
+    result = evaluate(_cheat("cheat_dispatch_runtime_names"), small_layernorm, device="cuda", trials=1, time_it=False)
     assert (result.status, result.error_class) == (Status.rejected, "TorchCompute"), result.message
     assert "profiler" in result.message
 
@@ -152,15 +170,19 @@ def test_an_honest_seed_runs_only_its_own_triton_kernels_and_a_hybrid_is_labelle
     seed = evaluate(SEED, load_problem("layernorm", "cuda", {"M": 256}), device="cuda", trials=1, time_it=False)
     assert seed.passed and seed.hybrid_ops == () and seed.torch_epilogue == ()
     fixtures = Path(__file__).parent / "eval_fixtures"
-    hybrid = evaluate((fixtures / "conv_relu_hybrid.py").read_text(),
-                      load_problem(str(fixtures / "conv_relu.py"), "cuda"), device="cuda", trials=1, time_it=False)
+    hybrid = evaluate(
+        (fixtures / "conv_relu_hybrid.py").read_text(),
+        load_problem(str(fixtures / "conv_relu.py"), "cuda"),
+        device="cuda",
+        trials=1,
+        time_it=False,
+    )
     assert hybrid.passed and hybrid.hybrid_ops == ("convolution",), hybrid.message
 
 
 def test_max_autotune_is_a_baseline_with_a_time_cap(small_layernorm, monkeypatch):
     monkeypatch.setattr(harness, "MAX_AUTOTUNE_CAP_S", 1.0)  # far too short to compile: recorded, not fatal
-    result = evaluate(SEED, small_layernorm, device="cuda", trials=1,
-                      baselines=("eager", "torch_compile_max_autotune"))
+    result = evaluate(SEED, small_layernorm, device="cuda", trials=1, baselines=("eager", "torch_compile_max_autotune"))
     assert result.passed, result.message
     for t in result.timing:
         autotune = [b for b in t.baselines if b.name == "torch_compile_max_autotune"][0]

@@ -75,12 +75,27 @@ def test_a_secret_in_the_callers_environment_is_invisible_to_the_candidate(monke
 
 
 def test_worker_environment_keeps_what_gpu_programs_need_and_drops_secret_names():
-    env = worker_env("cpu", {
-        "PATH": "/bin", "HOME": "/h", "CUDA_VISIBLE_DEVICES": "0", "PYTHONPATH": "/x", "ANTHROPIC_BASE": "u",
-        "GITHUB_TOKEN": "g", "DB_PASSWORD": "p", "HF_TOKEN": "h", "TRITON_AUTH_HEADER": "a", "EDITOR": "vi",
-    })
+    env = worker_env(
+        "cpu",
+        {
+            "PATH": "/bin",
+            "HOME": "/h",
+            "CUDA_VISIBLE_DEVICES": "0",
+            "PYTHONPATH": "/x",
+            "ANTHROPIC_BASE": "u",
+            "GITHUB_TOKEN": "g",
+            "DB_PASSWORD": "p",
+            "HF_TOKEN": "h",
+            "TRITON_AUTH_HEADER": "a",
+            "EDITOR": "vi",
+        },
+    )
     assert {k: env[k] for k in ("PATH", "HOME", "CUDA_VISIBLE_DEVICES", "TRITON_INTERPRET")} == {
-        "PATH": "/bin", "HOME": "/h", "CUDA_VISIBLE_DEVICES": "0", "TRITON_INTERPRET": "1"}
+        "PATH": "/bin",
+        "HOME": "/h",
+        "CUDA_VISIBLE_DEVICES": "0",
+        "TRITON_INTERPRET": "1",
+    }
     assert env["PYTHONPATH"].split(os.pathsep) == [str(ROOT), "/x"]
     assert not {"ANTHROPIC_BASE", "GITHUB_TOKEN", "DB_PASSWORD", "HF_TOKEN", "TRITON_AUTH_HEADER", "EDITOR"} & set(env)
     assert "TRITON_INTERPRET" not in worker_env("cuda", {"TRITON_INTERPRET": "1"})
@@ -99,7 +114,9 @@ def test_remeasure_on_the_cpu_gives_a_note_and_no_numbers():
     result = remeasure({"seed": SEED, "again": SEED}, "layernorm", device="cpu")
     assert result.note == NOT_MEASURED
     assert [(c.name, c.cases, c.error, c.speedup()) for c in result.candidates] == [
-        ("seed", (), None, None), ("again", (), None, None)]
+        ("seed", (), None, None),
+        ("again", (), None, None),
+    ]
 
 
 def test_a_compile_error_names_the_stage_and_keeps_the_stderr_tail_short():
@@ -164,6 +181,7 @@ def test_a_draw_that_does_not_fit_waits_for_the_workers_peaks_then_gives_up(monk
             if len(attempts) <= fail_times:
                 raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
             return "drawn"
+
         return fn
 
     assert run._waiting_for_memory(draw(2)) == "drawn" and len(attempts) == 3

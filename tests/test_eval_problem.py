@@ -122,7 +122,9 @@ def test_set_with_an_unknown_constant_or_a_bad_value_is_refused():
 
 def test_cuda_cases_keep_shipped_sizes_when_they_fit_and_add_gpu_edges(tmp_path):
     small = tmp_path / "small.py"
-    small.write_text(KB.read_text().replace("dim = 393216", "dim = 4096").replace("batch_size = 4096", "batch_size = 1024"))
+    small.write_text(
+        KB.read_text().replace("dim = 393216", "dim = 4096").replace("batch_size = 4096", "batch_size = 1024")
+    )
     info = load_problem(str(small), "cuda")
     assert info.shape_cases[0].params == {"batch_size": 1024, "dim": 4096, "kernel_size": 3}
     assert "shipped" in info.shape_cases[0].tags

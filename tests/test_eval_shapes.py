@@ -18,7 +18,7 @@ from evaluation.shapes import CPU_BIG_ROWS_MAX_NUMEL, CPU_EDGE_MAX_NUMEL, CPU_MA
 ROOT = Path(__file__).resolve().parents[1]
 KB_DEV = Path(os.environ.get("KSCOUT_KERNELBENCH_DEV", ROOT.parent / "shared" / "kernelbench-dev"))
 
-HINGE = '''import torch
+HINGE = """import torch
 import torch.nn as nn
 
 
@@ -38,9 +38,9 @@ def get_inputs():
 
 def get_init_inputs():
     return []
-'''
+"""
 
-INSTANCE = '''import torch
+INSTANCE = """import torch
 import torch.nn as nn
 
 
@@ -65,7 +65,7 @@ def get_inputs():
 
 def get_init_inputs():
     return [features]
-'''
+"""
 
 
 def _write(tmp_path, name, text):
@@ -99,8 +99,10 @@ def test_the_hinge_loss_file_loads_and_keeps_the_sizes_its_reference_ties_togeth
     # untied by one, the reference's broadcast fails: the two sizes only ever move together (an untied
     # batch of 1 would broadcast, and change what the reference computes)
     assert all(c.params["batch_size"] == c.params["input_shape[0]"] for c in info.shape_cases)
-    assert any("batch_size and input_shape[0] always move together" in n and "must match the size" in n
-               for n in info.shape_notes)
+    assert any(
+        "batch_size and input_shape[0] always move together" in n and "must match the size" in n
+        for n in info.shape_notes
+    )
     big = [c for c in info.shape_cases if "big" in c.tags]
     assert len(big) == 1 and big[0].params["batch_size"] == 1031  # past 1024 and past 2^20 elements
     assert info.launch_cases[0].params == {"batch_size": 32768, "input_shape[0]": 32768, "dim": 1}
@@ -120,8 +122,11 @@ def test_a_4d_problem_gets_every_reduced_size_past_1024_and_one_case_with_all_si
     for name in ("batch_size", "features"):  # 1537 instances would be 1537 programs and prove nothing new
         assert max(c.params[name] for c in info.shape_cases) < 1024, name
     ragged = [c for c in info.shape_cases if all(not _is_pow2(c.params[n]) for n in names)]
-    assert ragged and all(footprint(Path(info.source_path), c.params).max_numel <= CPU_EDGE_MAX_NUMEL
-                          for c in ragged if "big" not in c.tags)
+    assert ragged and all(
+        footprint(Path(info.source_path), c.params).max_numel <= CPU_EDGE_MAX_NUMEL
+        for c in ragged
+        if "big" not in c.tags
+    )
     (big,) = [c for c in info.shape_cases if "big" in c.tags]
     assert big.params["dim2"] == 4099  # the innermost size, not its tied twin
     # a normalisation: each instance is an interpreted program or more, so rows stay few
@@ -135,16 +140,28 @@ def test_the_reference_is_probed_for_the_sizes_it_reduces_over(tmp_path):
     inorm = _Problem(_write(tmp_path, "inorm.py", INSTANCE))
     assert inorm.mixing_slots({"batch_size": 4, "features": 3, "dim1": 5, "dim2": 6}) == {"dim1", "dim2"}
     hinge = _Problem(_write(tmp_path, "hinge.py", HINGE))
-    assert hinge.mixing_slots({"batch_size": 6, "input_shape[0]": 6, "dim": 1}) == {"batch_size", "input_shape[0]", "dim"}
-    selu = _Problem(_write(tmp_path, "selu.py", "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
-                                              "        return torch.selu(x)\nb = 8\nd = 8\n"
-                                              "def get_inputs():\n    return [torch.randn(b, d)]\n"))
+    assert hinge.mixing_slots({"batch_size": 6, "input_shape[0]": 6, "dim": 1}) == {
+        "batch_size",
+        "input_shape[0]",
+        "dim",
+    }
+    selu = _Problem(
+        _write(
+            tmp_path,
+            "selu.py",
+            "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
+            "        return torch.selu(x)\nb = 8\nd = 8\n"
+            "def get_inputs():\n    return [torch.randn(b, d)]\n",
+        )
+    )
     assert selu.mixing_slots({"b": 4, "d": 5}) == set()
 
 
 def test_the_big_case_crosses_one_million_elements_with_over_64_rows(tmp_path):
-    selu = ("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return torch.selu(x)\n"
-            "batch_size = 4096\ndim = 393216\ndef get_inputs():\n    return [torch.rand(batch_size, dim)]\n")
+    selu = (
+        "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return torch.selu(x)\n"
+        "batch_size = 4096\ndim = 393216\ndef get_inputs():\n    return [torch.rand(batch_size, dim)]\n"
+    )
     info = load_problem(str(_write(tmp_path, "selu.py", selu)), "cpu")
     (big,) = [c for c in info.shape_cases if "big" in c.tags]
     assert big.params["dim"] == 4099 and big.params["batch_size"] > 64 and not _is_pow2(big.params["batch_size"])
@@ -152,11 +169,13 @@ def test_the_big_case_crosses_one_million_elements_with_over_64_rows(tmp_path):
 
 
 def test_a_pooling_window_wider_than_a_shrunk_sequence_is_dropped_with_the_references_reason(tmp_path):
-    pool = ("import torch\nclass Model(torch.nn.Module):\n    def __init__(self, k):\n        super().__init__()\n"
-            "        self.pool = torch.nn.MaxPool1d(k, stride=1, padding=4, dilation=3)\n"
-            "    def forward(self, x):\n        return self.pool(x)\nbatch = 64\nfeatures = 192\nlength = 65536\n"
-            "kernel_size = 8\ndef get_inputs():\n    return [torch.rand(batch, features, length)]\n"
-            "def get_init_inputs():\n    return [kernel_size]\n")
+    pool = (
+        "import torch\nclass Model(torch.nn.Module):\n    def __init__(self, k):\n        super().__init__()\n"
+        "        self.pool = torch.nn.MaxPool1d(k, stride=1, padding=4, dilation=3)\n"
+        "    def forward(self, x):\n        return self.pool(x)\nbatch = 64\nfeatures = 192\nlength = 65536\n"
+        "kernel_size = 8\ndef get_inputs():\n    return [torch.rand(batch, features, length)]\n"
+        "def get_init_inputs():\n    return [kernel_size]\n"
+    )
     info = load_problem(str(_write(tmp_path, "pool.py", pool)), "cpu")
     assert info.shape_cases and info.dropped_cases
     assert all("max_pool1d()" in d.reason for d in info.dropped_cases)
@@ -165,9 +184,11 @@ def test_a_pooling_window_wider_than_a_shrunk_sequence_is_dropped_with_the_refer
 
 
 def test_a_reference_that_needs_its_shipped_ratio_falls_back_to_proportional_shrinking(tmp_path):
-    ratio = ("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
-             "        assert x.shape[0] == 4 * x.shape[1], 'rows must be four times the columns'\n"
-             "        return x * 2\nrows = 4096\ncols = 1024\ndef get_inputs():\n    return [torch.rand(rows, cols)]\n")
+    ratio = (
+        "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
+        "        assert x.shape[0] == 4 * x.shape[1], 'rows must be four times the columns'\n"
+        "        return x * 2\nrows = 4096\ncols = 1024\ndef get_inputs():\n    return [torch.rand(rows, cols)]\n"
+    )
     info = load_problem(str(_write(tmp_path, "ratio.py", ratio)), "cpu")
     rep = info.shape_cases[0].params
     assert rep["rows"] == 4 * rep["cols"]
@@ -176,9 +197,11 @@ def test_a_reference_that_needs_its_shipped_ratio_falls_back_to_proportional_shr
 
 
 def test_a_reference_that_rejects_every_shrunk_shape_is_one_clear_error(tmp_path):
-    never = ("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
-             "        raise ValueError('only the shipped size')\nn = 1 << 24\n"
-             "def get_inputs():\n    return [torch.rand(n)]\n")
+    never = (
+        "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
+        "        raise ValueError('only the shipped size')\nn = 1 << 24\n"
+        "def get_inputs():\n    return [torch.rand(n)]\n"
+    )
     with pytest.raises(ProblemError) as err:
         load_problem(str(_write(tmp_path, "never.py", never)), "cpu")
     assert "the reference rejects its shrunk shapes" in str(err.value) and "\n" not in str(err.value)
@@ -187,9 +210,15 @@ def test_a_reference_that_rejects_every_shrunk_shape_is_one_clear_error(tmp_path
 def test_gpu_shape_sets_follow_a_stated_budget_not_the_free_memory_of_the_moment(tmp_path, monkeypatch):
     import torch
 
-    path = str(_write(tmp_path, "selu.py", "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
-                                           "        return torch.selu(x)\nb = 4096\nd = 393216\n"
-                                           "def get_inputs():\n    return [torch.rand(b, d)]\n"))
+    path = str(
+        _write(
+            tmp_path,
+            "selu.py",
+            "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
+            "        return torch.selu(x)\nb = 4096\nd = 393216\n"
+            "def get_inputs():\n    return [torch.rand(b, d)]\n",
+        )
+    )
     first = load_problem(path, "cuda")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (1 << 30, 1 << 34))  # a nearly full GPU

@@ -96,4 +96,3 @@ def test_every_finding_names_its_line_and_a_known_rule():
     report = check_source(HEADER + "\n\nimport subprocess\ntorch.allclose = None\n")
     assert [(f.rule, f.line) for f in report.findings] == [("ForbiddenImport", 8), ("MonkeyPatch", 9)]
     assert all(f.rule in RULES and f.describe().startswith(f"line {f.line}: ") for f in report.findings)
-

@@ -15,14 +15,29 @@ from evaluation.inputs import trial_inputs
 from evaluation.isolation import WorkerExit
 from evaluation.records import EvalResult, Fingerprint, Stage, Status
 
-FP = Fingerprint(device_kind="cuda", device_name="NVIDIA H200", arch="sm_90", triton_version="3.6.0",
-                 torch_version="2.11.0", python_version="3.12", kernelscout_version="0.1.0")
+FP = Fingerprint(
+    device_kind="cuda",
+    device_name="NVIDIA H200",
+    arch="sm_90",
+    triton_version="3.6.0",
+    torch_version="2.11.0",
+    python_version="3.12",
+    kernelscout_version="0.1.0",
+)
 
 
 def stats(p50):
-    return protocol.Stats(latency_ms_p20=p50 * 0.99, latency_ms_p50=p50, latency_ms_p80=p50 * 1.01,
-                          latency_ms_min=p50 * 0.98, latency_ms_mean=p50, n_samples=50, n_warmup=8, l2_flushed=True,
-                          method="cuda_graph")
+    return protocol.Stats(
+        latency_ms_p20=p50 * 0.99,
+        latency_ms_p50=p50,
+        latency_ms_p80=p50 * 1.01,
+        latency_ms_min=p50 * 0.98,
+        latency_ms_mean=p50,
+        n_samples=50,
+        n_warmup=8,
+        l2_flushed=True,
+        method="cuda_graph",
+    )
 
 
 class ScriptedWorker:
@@ -42,13 +57,18 @@ class ScriptedWorker:
 
     def __call__(self, scratch, device, timeout_s, request, *, key, isolation, on_message, limits=None):
         self.modes.append((request.mode, isolation))
-        exit_ok = WorkerExit(returncode=0, timed_out=False, stopped_early=False, stderr_tail="", wall_s=1.0,
-                             isolation=isolation)
+        exit_ok = WorkerExit(
+            returncode=0, timed_out=False, stopped_early=False, stderr_tail="", wall_s=1.0, isolation=isolation
+        )
         if request.mode == "baselines":
             for c in request.cases:
                 for b in request.baselines:
-                    on_message(protocol.Timed(index=c.index, candidate=b, stats=stats(2.0), input_bytes=1 << 20,
-                                              output_bytes=1 << 20), b"")
+                    on_message(
+                        protocol.Timed(
+                            index=c.index, candidate=b, stats=stats(2.0), input_bytes=1 << 20, output_bytes=1 << 20
+                        ),
+                        b"",
+                    )
             on_message(protocol.Done(), b"")
             return exit_ok
         sources = {e.name: (scratch.in_dir / e.folder / protocol.CANDIDATE).read_text() for e in request.candidates}
@@ -64,16 +84,19 @@ class ScriptedWorker:
                     continue
                 for t, trial in enumerate(c.trials):
                     blob, strides = self.outputs(refs, case, trial)
-                    on_message(protocol.Outputs(index=c.index, candidate=name, phase="trial", trial=t,
-                                                strides=strides), blob)
+                    on_message(
+                        protocol.Outputs(index=c.index, candidate=name, phase="trial", trial=t, strides=strides), blob
+                    )
                 for phase, k in (("first", 0), ("last", 3)):
                     blob, strides = self.outputs(refs, case, c.timing_sets[k])
-                    on_message(protocol.Outputs(index=c.index, candidate=name, phase=phase, trial=k,
-                                                strides=strides), blob)
+                    on_message(
+                        protocol.Outputs(index=c.index, candidate=name, phase=phase, trial=k, strides=strides), blob
+                    )
                 blob, strides = self.outputs(refs, case, c.check, wrong="lies" in src)
                 on_message(protocol.Outputs(index=c.index, candidate=name, phase="check", strides=strides), blob)
-                on_message(protocol.Timed(index=c.index, candidate=name, stats=stats(0.5 if "fast" in src else 1.0)),
-                           b"")
+                on_message(
+                    protocol.Timed(index=c.index, candidate=name, stats=stats(0.5 if "fast" in src else 1.0)), b""
+                )
         on_message(protocol.Done(errors=errors, error_classes={n: "RuntimeError" for n in errors}), b"")
         return exit_ok
 
@@ -102,9 +125,18 @@ def _judge_on_cpu(self, refs, device):
 
 
 def checked(source, status=Status.passed):
-    return EvalResult(status=status, candidate_sha256=source, problem_id="p", problem_name="layernorm", device="cuda",
-                      fingerprint=FP, started_at="2026-12-02T00:00:00+00:00", duration_s=3.0,
-                      timing_note="timing not requested", isolation="bwrap")
+    return EvalResult(
+        status=status,
+        candidate_sha256=source,
+        problem_id="p",
+        problem_name="layernorm",
+        device="cuda",
+        fingerprint=FP,
+        started_at="2026-12-02T00:00:00+00:00",
+        duration_s=3.0,
+        timing_note="timing not requested",
+        isolation="bwrap",
+    )
 
 
 def test_siblings_share_one_process_and_baselines_come_from_a_process_of_their_own(gpu_less_cuda, problem):
@@ -123,8 +155,9 @@ def test_siblings_share_one_process_and_baselines_come_from_a_process_of_their_o
 
 
 def test_a_candidate_whose_timed_call_is_wrong_on_fresh_inputs_is_incorrect_at_timing(gpu_less_cuda, problem):
-    honest, lies = harness.time_many([(s, checked(s)) for s in ("fast", "fast lies")], problem, device="cuda",
-                                     baselines=("eager",))
+    honest, lies = harness.time_many(
+        [(s, checked(s)) for s in ("fast", "fast lies")], problem, device="cuda", baselines=("eager",)
+    )
     assert honest.passed and honest.speedup("eager") == pytest.approx(4.0)
     assert (lies.status, lies.failed_stage, lies.error_class) == (Status.incorrect, Stage.timing, "ValueMismatch")
     assert "the timed call re-run on fresh inputs" in lies.message and lies.timing == ()
@@ -144,8 +177,11 @@ def test_an_implausible_bandwidth_is_refused(gpu_less_cuda, problem, monkeypatch
     monkeypatch.setattr("evaluation.ceiling.copy_ceiling_gbps", lambda name, driver: 0.001)
     monkeypatch.setattr(harness, "IMPLAUSIBLE_MIN_BYTES", 0)
     (result,) = harness.time_many([("fast", checked("fast"))], problem, device="cuda", baselines=("eager",))
-    assert (result.status, result.failed_stage, result.error_class) == (Status.rejected, Stage.timing,
-                                                                       "ImplausibleTiming")
+    assert (result.status, result.failed_stage, result.error_class) == (
+        Status.rejected,
+        Stage.timing,
+        "ImplausibleTiming",
+    )
 
 
 def test_nothing_is_timed_on_the_cpu_and_bad_baselines_are_refused(problem, monkeypatch):

@@ -7,8 +7,17 @@ from evaluation.timing import NOISE_FLOOR, quantile, speedup, summarize
 
 
 def stats(p20, p50, p80):
-    return TimingStats(latency_ms_p20=p20, latency_ms_p50=p50, latency_ms_p80=p80, latency_ms_min=p20,
-                       latency_ms_mean=p50, n_samples=100, n_warmup=8, l2_flushed=True, method="cuda_graph")
+    return TimingStats(
+        latency_ms_p20=p20,
+        latency_ms_p50=p50,
+        latency_ms_p80=p80,
+        latency_ms_min=p20,
+        latency_ms_mean=p50,
+        n_samples=100,
+        n_warmup=8,
+        l2_flushed=True,
+        method="cuda_graph",
+    )
 
 
 def test_quantile_interpolates_between_closest_ranks_like_numpy():

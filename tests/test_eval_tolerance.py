@@ -16,13 +16,40 @@ SMALL = {"batch_size": 16, "dim": 1000}
 
 
 def _result(max_abs: float, atol: float = 1e-4) -> EvalResult:
-    fp = Fingerprint(device_kind="cpu", device_name="cpu", arch="cpu", triton_version="x", torch_version="x",
-                     python_version="x", kernelscout_version="x")
-    shape = ShapeResult(case_id="c", params={}, dtype="float32", passed=False, trials=1, seeds=(0,), atol=atol,
-                        rtol=1e-4, max_abs_error=max_abs, message="mismatch")
-    return EvalResult(status=Status.incorrect, error_class="ValueMismatch", message="1 of 1 cases failed",
-                      candidate_sha256="0", problem_id="p", problem_name="gelu", device="cpu",
-                      shape_results=(shape,), fingerprint=fp, started_at="t", duration_s=0.0)
+    fp = Fingerprint(
+        device_kind="cpu",
+        device_name="cpu",
+        arch="cpu",
+        triton_version="x",
+        torch_version="x",
+        python_version="x",
+        kernelscout_version="x",
+    )
+    shape = ShapeResult(
+        case_id="c",
+        params={},
+        dtype="float32",
+        passed=False,
+        trials=1,
+        seeds=(0,),
+        atol=atol,
+        rtol=1e-4,
+        max_abs_error=max_abs,
+        message="mismatch",
+    )
+    return EvalResult(
+        status=Status.incorrect,
+        error_class="ValueMismatch",
+        message="1 of 1 cases failed",
+        candidate_sha256="0",
+        problem_id="p",
+        problem_name="gelu",
+        device="cpu",
+        shape_results=(shape,),
+        fingerprint=fp,
+        started_at="t",
+        duration_s=0.0,
+    )
 
 
 def test_tanh_gelu_is_detected_only_against_an_exact_gelu_reference():
@@ -39,7 +66,8 @@ def test_a_failure_within_the_approximations_own_deviation_is_labelled_and_a_lar
     assert "tanh-GELU for exact GELU" in within.message and "--tolerance kernelbench" in within.message
     beyond = label(_result(5e-2), CANDIDATE.read_text(), info)
     assert beyond.error_class == "ValueMismatch" and beyond.approximations == (
-        "tanh-GELU for exact GELU (deviates by up to 0.00047)",)
+        "tanh-GELU for exact GELU (deviates by up to 0.00047)",
+    )
 
 
 def test_strict_refuses_tanh_gelu_as_an_approximation_and_kernelbench_admits_it_saying_so():
@@ -56,8 +84,25 @@ def test_strict_refuses_tanh_gelu_as_an_approximation_and_kernelbench_admits_it_
 
 def test_eval_cli_takes_the_tolerance_policy(capsys):
     try:
-        main(["eval", str(CANDIDATE), "--problem", str(PROBLEM), "--device", "cpu", "--trials", "1", "--set",
-              "batch_size=4", "--set", "dim=100", "--tolerance", "kernelbench", "--json"])
+        main(
+            [
+                "eval",
+                str(CANDIDATE),
+                "--problem",
+                str(PROBLEM),
+                "--device",
+                "cpu",
+                "--trials",
+                "1",
+                "--set",
+                "batch_size=4",
+                "--set",
+                "dim=100",
+                "--tolerance",
+                "kernelbench",
+                "--json",
+            ]
+        )
         code = 0
     except SystemExit as exc:
         code = exc.code

@@ -24,8 +24,12 @@ def reaches_the_evaluator(path: Path, text: str | None = None) -> list[str]:
     found = []
     for node in ast.walk(ast.parse(path.read_text() if text is None else text, filename=str(path))):
         where = f"{path.name}:{getattr(node, 'lineno', '?')}"
-        if isinstance(node, ast.Attribute) and node.attr in RUNS_CANDIDATES and \
-                isinstance(node.value, ast.Name) and node.value.id == "evaluation":
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr in RUNS_CANDIDATES
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "evaluation"
+        ):
             found.append(f"{where} evaluation.{node.attr}")
         elif isinstance(node, ast.ImportFrom) and node.module == "evaluation":
             found += [f"{where} from evaluation import {a.name}" for a in node.names if a.name in RUNS_CANDIDATES]
@@ -43,11 +47,16 @@ def test_no_agent_module_outside_the_executors_runs_candidate_code():
 
 
 def test_the_scan_sees_every_way_of_reaching_the_evaluator():
-    text = ("import evaluation\nimport evaluation.harness\nfrom evaluation import fingerprint, load_problem\n"
-            "from evaluation.harness import remeasure\nevaluation.evaluate('x', p)\nevaluation.load_problem('x')\n")
+    text = (
+        "import evaluation\nimport evaluation.harness\nfrom evaluation import fingerprint, load_problem\n"
+        "from evaluation.harness import remeasure\nevaluation.evaluate('x', p)\nevaluation.load_problem('x')\n"
+    )
     assert reaches_the_evaluator(Path("bad.py"), text) == [
-        "bad.py:2 import evaluation.harness", "bad.py:3 from evaluation import fingerprint",
-        "bad.py:4 from evaluation.harness import ...", "bad.py:5 evaluation.evaluate"]
+        "bad.py:2 import evaluation.harness",
+        "bad.py:3 from evaluation import fingerprint",
+        "bad.py:4 from evaluation.harness import ...",
+        "bad.py:5 evaluation.evaluate",
+    ]
 
 
 def test_executors_come_from_one_table_by_name():

@@ -9,18 +9,19 @@ import sys
 import textwrap
 
 import pytest
+from test_lifecycle_support import SEED, add_candidate, make_run, variant, write_deployment
 
 import evaluation
 from agent.cli import main
 from agent.lifecycle.export import ExportError, export_package
 from store import Store
-from test_lifecycle_support import SEED, add_candidate, make_run, variant, write_deployment
 
 KERNEL_MODULE = "kscout_kernels._layernorm_cpu"
 
 # Runs in a fresh interpreter: imports only the exported package (never kernelscout), checks each call
 # against the reference and reports which path ran.
-CHECK = textwrap.dedent("""
+CHECK = textwrap.dedent(
+    """
     import json, sys, torch
     sys.path.insert(0, sys.argv[1])
     shapes = json.loads(sys.argv[2])
@@ -47,7 +48,9 @@ CHECK = textwrap.dedent("""
     out["kernelscout_imported"] = any(k.split(".")[0] in ("agent", "evaluation", "store") for k in sys.modules)
     out["ops"] = list(manifest()["ops"])
     print(json.dumps(out))
-    """ % KERNEL_MODULE)
+    """
+    % KERNEL_MODULE
+)
 
 
 def proven(problem, name):
@@ -99,14 +102,8 @@ def test_exported_package_uses_the_kernel_inside_the_proven_range_and_the_refere
         assert got[name]["path"] == "reference", (name, got[name])
         assert got[name]["max_abs_diff"] == 0.0  # the reference path is the reference itself
         assert got[name]["kernel_imported"] is False  # no kernel module loaded before an in-range call
-    assert (
-        got["outside_M"]["reason"]
-        == f"M={m_hi + 8} outside the proven range [{m_lo}, {m_hi}] (multiple of 1)"
-    )
-    assert (
-        got["outside_N"]["reason"]
-        == f"N={2 * n_hi + 1} outside the proven range [{n_lo}, {n_hi}] (multiple of 1)"
-    )
+    assert got["outside_M"]["reason"] == f"M={m_hi + 8} outside the proven range [{m_lo}, {m_hi}] (multiple of 1)"
+    assert got["outside_N"]["reason"] == f"N={2 * n_hi + 1} outside the proven range [{n_lo}, {n_hi}] (multiple of 1)"
     assert got["non_contiguous"]["reason"] == "non-contiguous input"
     assert got["float64"]["reason"].startswith("dtype torch.float64 not proven")
 

@@ -69,7 +69,10 @@ def test_matmul_epilogue_maps_weight_dims_to_init_arguments():
 
 
 def test_kernelbench_layernorm_module_maps_with_nested_parameter_names(tmp_path):
-    path = _reference(tmp_path, "kb_ln", """
+    path = _reference(
+        tmp_path,
+        "kb_ln",
+        """
         class Model(nn.Module):
             def __init__(self, dim):
                 super().__init__()
@@ -83,16 +86,22 @@ def test_kernelbench_layernorm_module_maps_with_nested_parameter_names(tmp_path)
 
         def get_init_inputs():
             return [64]
-        """)
+        """,
+    )
     match = match_family(path)
     assert match.family == "layernorm"
     assert match.roles == {"x": "x", "weight": "ln.weight", "bias": "ln.bias"}
     assert [(p.name, p.shape_exprs, p.init) for p in match.params] == [
-        ("ln.weight", ("dim",), "ones"), ("ln.bias", ("dim",), "zeros")]
+        ("ln.weight", ("dim",), "ones"),
+        ("ln.bias", ("dim",), "zeros"),
+    ]
 
 
 def test_softmax_over_dim_1_of_a_matrix_is_the_last_dim(tmp_path):
-    path = _reference(tmp_path, "kb_softmax", """
+    path = _reference(
+        tmp_path,
+        "kb_softmax",
+        """
         class Model(nn.Module):
             def forward(self, x):
                 return torch.softmax(x, dim=1)
@@ -102,12 +111,16 @@ def test_softmax_over_dim_1_of_a_matrix_is_the_last_dim(tmp_path):
 
         def get_init_inputs():
             return []
-        """)
+        """,
+    )
     assert match_family(path).family == "softmax"
 
 
 def test_softmax_over_the_first_dim_is_refused(tmp_path):
-    path = _reference(tmp_path, "kb_softmax0", """
+    path = _reference(
+        tmp_path,
+        "kb_softmax0",
+        """
         class Model(nn.Module):
             def forward(self, x):
                 return torch.softmax(x, dim=0)
@@ -117,13 +130,17 @@ def test_softmax_over_the_first_dim_is_refused(tmp_path):
 
         def get_init_inputs():
             return []
-        """)
+        """,
+    )
     with pytest.raises(FamilyMatchError, match="softmax"):
         match_family(path)
 
 
 def test_conv2d_is_refused_with_an_error_naming_conv2d(tmp_path):
-    path = _reference(tmp_path, "kb_conv", """
+    path = _reference(
+        tmp_path,
+        "kb_conv",
+        """
         class Model(nn.Module):
             def __init__(self, cin, cout, k):
                 super().__init__()
@@ -137,14 +154,18 @@ def test_conv2d_is_refused_with_an_error_naming_conv2d(tmp_path):
 
         def get_init_inputs():
             return [3, 8, 3]
-        """)
+        """,
+    )
     with pytest.raises(FamilyMatchError, match=r"\(conv2d\)") as info:
         match_family(path)
     assert isinstance(info.value, KscoutError)
 
 
 def test_an_op_outside_the_pattern_is_named_and_refused(tmp_path):
-    path = _reference(tmp_path, "kb_ln_relu", """
+    path = _reference(
+        tmp_path,
+        "kb_ln_relu",
+        """
         class Model(nn.Module):
             def forward(self, x):
                 return torch.relu(F.layer_norm(x, (x.shape[-1],)))
@@ -154,13 +175,17 @@ def test_an_op_outside_the_pattern_is_named_and_refused(tmp_path):
 
         def get_init_inputs():
             return []
-        """)
+        """,
+    )
     with pytest.raises(FamilyMatchError, match=r"layer_norm, relu"):
         match_family(path)
 
 
 def test_shape_dependent_control_flow_falls_back_to_aten_dispatch(tmp_path):
-    path = _reference(tmp_path, "kb_dyn", """
+    path = _reference(
+        tmp_path,
+        "kb_dyn",
+        """
         class Model(nn.Module):
             def forward(self, x):
                 if x.shape[-1] > 1:
@@ -172,13 +197,17 @@ def test_shape_dependent_control_flow_falls_back_to_aten_dispatch(tmp_path):
 
         def get_init_inputs():
             return []
-        """)
+        """,
+    )
     match = match_family(path)
     assert (match.family, match.method) == ("log_softmax", "dispatch")
 
 
 def test_log_softmax_then_nll_loss_is_cross_entropy(tmp_path):
-    path = _reference(tmp_path, "kb_ce", """
+    path = _reference(
+        tmp_path,
+        "kb_ce",
+        """
         class Model(nn.Module):
             def forward(self, logits, targets):
                 return F.nll_loss(F.log_softmax(logits, dim=-1), targets, reduction="sum")
@@ -188,7 +217,8 @@ def test_log_softmax_then_nll_loss_is_cross_entropy(tmp_path):
 
         def get_init_inputs():
             return []
-        """)
+        """,
+    )
     match = match_family(path)
     assert match.family == "cross_entropy"
     assert match.roles == {"logits": "logits", "targets": "targets"}
@@ -196,7 +226,10 @@ def test_log_softmax_then_nll_loss_is_cross_entropy(tmp_path):
 
 
 def test_linear_relu_module_and_x_at_weight_layouts(tmp_path):
-    linear = _reference(tmp_path, "kb_linear", """
+    linear = _reference(
+        tmp_path,
+        "kb_linear",
+        """
         class Model(nn.Module):
             def __init__(self, in_features, out_features):
                 super().__init__()
@@ -210,8 +243,12 @@ def test_linear_relu_module_and_x_at_weight_layouts(tmp_path):
 
         def get_init_inputs():
             return [32, 48]
-        """)
-    kn = _reference(tmp_path, "kb_kn", """
+        """,
+    )
+    kn = _reference(
+        tmp_path,
+        "kb_kn",
+        """
         class Model(nn.Module):
             def __init__(self, k, n):
                 super().__init__()
@@ -225,7 +262,8 @@ def test_linear_relu_module_and_x_at_weight_layouts(tmp_path):
 
         def get_init_inputs():
             return [32, 48]
-        """)
+        """,
+    )
     m1, m2 = match_family(linear), match_family(kn)
     assert (m1.family, m1.constants["activation"], m1.roles["weight"]) == ("matmul_epilogue", "relu", "fc.weight")
     assert m1.constants["weight_layout"] == "nk"

@@ -22,16 +22,28 @@ LIST_KEYS = {"sources", "devices", "op_families"}
 QUESTION_KEYS = {"question", "expected", "also", "device", "op"}
 
 HARDWARE_STEMS = {
-    "nvidia-h100", "nvidia-h200", "nvidia-a100", "nvidia-b200",
-    "amd-mi300x", "amd-mi250x", "meta-mtia", "x86-server-cpu",
+    "nvidia-h100",
+    "nvidia-h200",
+    "nvidia-a100",
+    "nvidia-b200",
+    "amd-mi300x",
+    "amd-mi250x",
+    "meta-mtia",
+    "x86-server-cpu",
 }
 GUIDANCE_STEMS = {
-    "triton-programming", "triton-rowwise-kernels", "triton-matmul-tuning", "roofline-and-measurement",
+    "triton-programming",
+    "triton-rowwise-kernels",
+    "triton-matmul-tuning",
+    "roofline-and-measurement",
 }
 CONSTRAINT_STEMS = {
-    "constraint-accumulation-precision", "constraint-softmax-logsumexp",
-    "constraint-normalization-variance", "constraint-masked-tails",
-    "constraint-tolerances-by-dtype", "constraint-gated-activations",
+    "constraint-accumulation-precision",
+    "constraint-softmax-logsumexp",
+    "constraint-normalization-variance",
+    "constraint-masked-tails",
+    "constraint-tolerances-by-dtype",
+    "constraint-gated-activations",
 }
 MIN_WORDS, MAX_WORDS = 500, 2800  # the brief asks for about 600 to 2500
 
@@ -62,7 +74,7 @@ def parse_header(text: str) -> tuple[dict, str]:
                 raise ValueError(f"list value of {key!r} is not closed with ']'")
             value = [item.strip() for item in value[1:-1].split(",") if item.strip()]
         header[key] = value
-    return header, "\n".join(lines[end + 1:])
+    return header, "\n".join(lines[end + 1 :])
 
 
 def header_problems(header: dict) -> list[str]:
@@ -74,8 +86,9 @@ def header_problems(header: dict) -> list[str]:
     if unknown:
         problems.append(f"unknown keys {sorted(unknown)}")
     if header.get("origin") != "project":
-        problems.append("origin must be 'project': the project wrote every shipped note (it cites vendors, "
-                        "it is not theirs)")
+        problems.append(
+            "origin must be 'project': the project wrote every shipped note (it cites vendors, it is not theirs)"
+        )
     if "kind" in header and header["kind"] not in KINDS:
         problems.append(f"kind {header['kind']!r} is not one of {sorted(KINDS)}")
     if "vendor" in header and header["vendor"] not in VENDORS:
@@ -136,8 +149,9 @@ def body_problems(body: str) -> list[str]:
 
 def shipped_docs() -> dict[str, str]:
     root = resources.files("hwdocs")
-    return {entry.name[:-3]: entry.read_text(encoding="utf-8")
-            for entry in root.iterdir() if entry.name.endswith(".md")}
+    return {
+        entry.name[:-3]: entry.read_text(encoding="utf-8") for entry in root.iterdir() if entry.name.endswith(".md")
+    }
 
 
 def load_questions() -> list[dict]:
@@ -174,8 +188,12 @@ text
 
 def test_reader_accepts_a_well_formed_document():
     header, body = parse_header(GOOD)
-    assert header == {"title": "Example", "kind": "guidance", "origin": "project",
-                      "sources": ["https://example.org/a", "Some Book (2020)"]}
+    assert header == {
+        "title": "Example",
+        "kind": "guidance",
+        "origin": "project",
+        "sources": ["https://example.org/a", "Some Book (2020)"],
+    }
     assert header_problems(header) == []
     assert body_problems(body) == []
 
@@ -189,8 +207,11 @@ def test_reader_reports_an_empty_section_and_a_missing_source_list():
 
 
 def test_reader_reports_bad_kind_vendor_date_and_unknown_key():
-    header, _ = parse_header(GOOD.replace("kind: guidance", "kind: tutorial\nvendor: ibm\n"
-                                          "written: 2026-13-01\ncolour: blue").replace("origin: project\n", ""))
+    header, _ = parse_header(
+        GOOD.replace("kind: guidance", "kind: tutorial\nvendor: ibm\nwritten: 2026-13-01\ncolour: blue").replace(
+            "origin: project\n", ""
+        )
+    )
     problems = header_problems(header)
     assert any(p.startswith("origin must be 'project'") for p in problems)
     assert "kind 'tutorial' is not one of ['constraint', 'guidance', 'hardware']" in problems
@@ -212,6 +233,7 @@ def test_reader_rejects_a_document_without_header():
 
 
 # The shipped documents.
+
 
 def test_every_required_document_is_shipped_as_package_data():
     assert HARDWARE_STEMS | GUIDANCE_STEMS | CONSTRAINT_STEMS <= DOCS.keys()
@@ -236,8 +258,15 @@ def test_document_length_is_within_the_agreed_range(stem):
 
 @pytest.mark.parametrize("stem", sorted(DOCS))
 def test_document_kind_matches_its_family(stem):
-    expected = ("hardware" if stem in HARDWARE_STEMS else "guidance" if stem in GUIDANCE_STEMS
-                else "constraint" if stem in CONSTRAINT_STEMS else HEADERS[stem]["kind"])
+    expected = (
+        "hardware"
+        if stem in HARDWARE_STEMS
+        else "guidance"
+        if stem in GUIDANCE_STEMS
+        else "constraint"
+        if stem in CONSTRAINT_STEMS
+        else HEADERS[stem]["kind"]
+    )
     assert HEADERS[stem]["kind"] == expected
     assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", stem)
 

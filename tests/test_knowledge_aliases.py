@@ -106,7 +106,16 @@ def test_op_normalization_relatives_and_vendor_of_arch():
 
 def test_tokenize_keeps_compound_tokens_and_their_parts():
     assert tokenize("Set num_warps for tl.load on sm_90 kernels") == [
-        "set", "num_warps", "num", "warp", "tl.load", "tl", "load", "sm_90", "sm", "kernel",
+        "set",
+        "num_warps",
+        "num",
+        "warp",
+        "tl.load",
+        "tl",
+        "load",
+        "sm_90",
+        "sm",
+        "kernel",
     ]
 
 
@@ -135,21 +144,38 @@ def test_bm25_respects_the_allowed_rows_and_k():
     assert BM25Index([]).top("alpha", k=3) == []
 
 
-@pytest.mark.parametrize("raw, vendor", [
-    ("NVIDIA Corporation", "nvidia"), ("Advanced Micro Devices, Inc.", "amd"), ("AMD", "amd"),
-    ("intel corp", "intel"), ("Habana Labs", "intel"), ("Tenstorrent  Inc.", "tenstorrent"),
-    ("Cerebras Systems", "cerebras-systems"), ("Foo_Bar.ai", "foo-bar-ai"), ("Meta Platforms", "meta"),
-])
+@pytest.mark.parametrize(
+    "raw, vendor",
+    [
+        ("NVIDIA Corporation", "nvidia"),
+        ("Advanced Micro Devices, Inc.", "amd"),
+        ("AMD", "amd"),
+        ("intel corp", "intel"),
+        ("Habana Labs", "intel"),
+        ("Tenstorrent  Inc.", "tenstorrent"),
+        ("Cerebras Systems", "cerebras-systems"),
+        ("Foo_Bar.ai", "foo-bar-ai"),
+        ("Meta Platforms", "meta"),
+    ],
+)
 def test_any_vendor_name_is_accepted_and_normalised(raw, vendor):
     from knowledge.aliases import normalize_vendor
 
     assert normalize_vendor(raw) == vendor
 
 
-@pytest.mark.parametrize("raw, device", [
-    ("h100 sxm", "H100 SXM"), ("mi355x", "MI355X"), ("MI300X", "MI300X"), ("a100", "A100"),
-    ("gaudi3", "GAUDI3"), ("Wormhole  n300", "Wormhole n300"), ("hopper", "hopper"),
-])
+@pytest.mark.parametrize(
+    "raw, device",
+    [
+        ("h100 sxm", "H100 SXM"),
+        ("mi355x", "MI355X"),
+        ("MI300X", "MI300X"),
+        ("a100", "A100"),
+        ("gaudi3", "GAUDI3"),
+        ("Wormhole  n300", "Wormhole n300"),
+        ("hopper", "hopper"),
+    ],
+)
 def test_device_names_are_normalised_for_case_and_spacing(raw, device):
     from knowledge.aliases import normalize_device, normalize_devices
 
@@ -167,12 +193,19 @@ def test_empty_or_unprintable_names_are_refused():
             normalize_device(bad)
 
 
-@pytest.mark.parametrize("question, intent", [
-    ("what failed for layernorm", "failed"), ("why is my softmax slower on MI300", "failed"),
-    ("what didn't work for rmsnorm", "failed"), ("what worked on MI300 for layernorm", "worked"),
-    ("fastest LN on the H200", "worked"), ("how do I tune num_warps for softmax", "how-to"),
-    ("what is TMA", "fact"), ("how much HBM does the H200 have", "fact"),
-])
+@pytest.mark.parametrize(
+    "question, intent",
+    [
+        ("what failed for layernorm", "failed"),
+        ("why is my softmax slower on MI300", "failed"),
+        ("what didn't work for rmsnorm", "failed"),
+        ("what worked on MI300 for layernorm", "worked"),
+        ("fastest LN on the H200", "worked"),
+        ("how do I tune num_warps for softmax", "how-to"),
+        ("what is TMA", "fact"),
+        ("how much HBM does the H200 have", "fact"),
+    ],
+)
 def test_question_intent(question, intent):
     from knowledge.intent import classify
 

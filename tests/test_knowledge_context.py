@@ -10,18 +10,23 @@ import json
 import shutil
 
 import pytest
+from test_knowledge_retrieve import outcome
 
 from evaluation.records import ProblemInfo, ShapeCase, Tolerance, source_sha256
 from knowledge.context import build_context, estimate_tokens
 from store import Store
 from store.records import CandidateRecord, RunRecord, StopRule
-from test_knowledge_retrieve import outcome
 
 LAYERNORM = ProblemInfo(
-    problem_id="p-layernorm", name="layernorm", op_family="layernorm", source_path="layernorm.py",
-    source_sha256="0" * 64, builtin=True,
+    problem_id="p-layernorm",
+    name="layernorm",
+    op_family="layernorm",
+    source_path="layernorm.py",
+    source_sha256="0" * 64,
+    builtin=True,
     shape_cases=(ShapeCase(case_id="M=8,N=256|float32", params={"M": 8, "N": 256}, dtype="float32"),),
-    dtypes=("float32",), tolerances={"float32": Tolerance(atol=1e-4, rtol=1e-4)},
+    dtypes=("float32",),
+    tolerances={"float32": Tolerance(atol=1e-4, rtol=1e-4)},
 )
 
 KNOBS = {
@@ -41,19 +46,45 @@ def home(hwdocs_store_template, tmp_path_factory):
     home = tmp_path_factory.mktemp("context") / "home"
     shutil.copytree(hwdocs_store_template, home)
     with Store.open(home) as store:
-        store.create_run(RunRecord(
-            run_id="run-1", problem_id="p-layernorm", problem_name="layernorm", op_family="layernorm",
-            device="cuda", arch="sm_90", env_id="env", proposer="template", seed=0,
-            stop_rule=StopRule(max_evaluations=10), started_at="2026-11-01T00:00:00+00:00"))
+        store.create_run(
+            RunRecord(
+                run_id="run-1",
+                problem_id="p-layernorm",
+                problem_name="layernorm",
+                op_family="layernorm",
+                device="cuda",
+                arch="sm_90",
+                env_id="env",
+                proposer="template",
+                seed=0,
+                stop_rule=StopRule(max_evaluations=10),
+                started_at="2026-11-01T00:00:00+00:00",
+            )
+        )
         for name, knobs in KNOBS.items():
-            store.add_candidate(CandidateRecord(
-                candidate_id=source_sha256(_source(name)), run_id="run-1", generation=0, proposer="template",
-                knobs_json=json.dumps(knobs), source=_source(name), created_at="2026-11-01T00:00:00+00:00"))
+            store.add_candidate(
+                CandidateRecord(
+                    candidate_id=source_sha256(_source(name)),
+                    run_id="run-1",
+                    generation=0,
+                    proposer="template",
+                    knobs_json=json.dumps(knobs),
+                    source=_source(name),
+                    created_at="2026-11-01T00:00:00+00:00",
+                )
+            )
         cid = {name: source_sha256(_source(name)) for name in KNOBS}
         for o in [
             outcome("h100-fast", "layernorm", "NVIDIA H100 80GB HBM3", "sm_90", 1.9, candidate_id=cid["fast"]),
-            outcome("h200-faster", "layernorm", "NVIDIA H200", "sm_90", 2.6, candidate_id=cid["faster"],
-                    transformation="single_pass=true"),
+            outcome(
+                "h200-faster",
+                "layernorm",
+                "NVIDIA H200",
+                "sm_90",
+                2.6,
+                candidate_id=cid["faster"],
+                transformation="single_pass=true",
+            ),
             outcome("h100-slow", "layernorm", "NVIDIA H100 80GB HBM3", "sm_90", 0.8, candidate_id=cid["slow"]),
             outcome("h100-cpu-like", "layernorm", "NVIDIA H100 80GB HBM3", "sm_90", None, candidate_id=cid["slow"]),
             outcome("a100-ln", "layernorm", "NVIDIA A100-SXM4-80GB", "sm_80", 1.4, candidate_id=cid["fast"]),
@@ -62,8 +93,14 @@ def home(hwdocs_store_template, tmp_path_factory):
         ]:
             store.add_outcome(o)
         for _ in range(3):
-            store.record_failure("layernorm", "sm_90", "correctness", "MismatchError",
-                                 "max abs error 0.25 at index (3, 17) on case M=8,N=256", cid["slow"])
+            store.record_failure(
+                "layernorm",
+                "sm_90",
+                "correctness",
+                "MismatchError",
+                "max abs error 0.25 at index (3, 17) on case M=8,N=256",
+                cid["slow"],
+            )
         store.record_failure("softmax", "sm_90", "compile", "CompilationError", "BLOCK too large", cid["slow"])
     return home
 
@@ -142,7 +179,8 @@ def test_amd_device_gets_its_own_hardware_and_outcomes(store):
     ctx = build_context(store, LAYERNORM, "AMD Instinct MI300X", "gfx942", token_budget=1500)
     assert ctx.devices == ("MI300X",)
     assert {i.source.split(",")[0] for i in ctx.items if i.section == "hardware"} == {
-        "AMD Instinct MI300X and MI300A (CDNA 3"}
+        "AMD Instinct MI300X and MI300A (CDNA 3"
+    }
     assert [i.ref_id for i in ctx.items if i.section == "outcome"] == ["mi300x-ln"]
     assert ctx.seed_hints() == [KNOBS["amd"]]
     assert not [i for i in ctx.items if i.section == "failure"]

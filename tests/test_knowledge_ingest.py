@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
+from test_knowledge_parse import make_pdf
 
 from agent.cli import main as kscout
 from knowledge.errors import IngestError
@@ -17,7 +18,6 @@ from knowledge.ingest import IngestOptions, build_document, ingest_paths
 from knowledge.records import FileStatus
 from store import Store
 from store.records import ChunkKind, DocumentOrigin
-from test_knowledge_parse import make_pdf
 
 LAYERNORM_MD = """---
 title: Test notes on layer norm
@@ -64,7 +64,9 @@ def test_reingesting_an_unchanged_folder_adds_nothing(tmp_path, docs):
     with Store.open(tmp_path / "home") as store:
         first = ingest_paths(store, [docs])
         assert [(Path(f.path).name, f.status) for f in first.files] == [
-            ("layernorm.md", FileStatus.added), ("softmax.md", FileStatus.added)]
+            ("layernorm.md", FileStatus.added),
+            ("softmax.md", FileStatus.added),
+        ]
         assert [f.chunks for f in first.files] == [3, 1]
         chunks_before = store.chunks()
         docs_before = store.documents()
@@ -81,8 +83,11 @@ def test_a_changed_file_replaces_its_old_chunks_and_they_leave_search(tmp_path, 
         ingest_paths(store, [docs])
         old_ids = {c.chunk_id for c in store.chunks() if "zanzibar" in c.text}
         assert len(old_ids) == 1
-        (docs / "layernorm.md").write_text(LAYERNORM_MD.replace("zanzibar", "quixotic").replace(
-            "## Third section\nA third paragraph about masks on the tail of a row.\n", ""))
+        (docs / "layernorm.md").write_text(
+            LAYERNORM_MD.replace("zanzibar", "quixotic").replace(
+                "## Third section\nA third paragraph about masks on the tail of a row.\n", ""
+            )
+        )
 
         report = ingest_paths(store, [docs / "layernorm.md"])
         assert [(f.status, f.chunks) for f in report.files] == [(FileStatus.replaced, 2)]
@@ -103,8 +108,10 @@ def test_a_changed_file_replaces_its_old_chunks_and_they_leave_search(tmp_path, 
 
 
 def test_bad_files_are_reported_by_name_while_good_files_land(tmp_path, docs, capsys):
-    (docs / "page.html").write_text("<html><head><title>HTML page</title></head><body><h1>Tiles</h1>"
-                                    "<p>Use 128x128 tiles.</p><script>alert(1)</script></body></html>")
+    (docs / "page.html").write_text(
+        "<html><head><title>HTML page</title></head><body><h1>Tiles</h1>"
+        "<p>Use 128x128 tiles.</p><script>alert(1)</script></body></html>"
+    )
     (docs / "datasheet.pdf").write_bytes(make_pdf([["Memory Hierarchy", "The L2 cache is 50 MB."]]))
     (docs / "corrupt.pdf").write_bytes(b"%PDF-1.7\n1 0 obj << /Type /Catalog >> garbage")
     (docs / "empty.md").write_text("")
@@ -120,8 +127,19 @@ def test_bad_files_are_reported_by_name_while_good_files_land(tmp_path, docs, ca
     assert code == 1
     report = json.loads(out)
     by_name = {Path(f["path"]).name: f for f in report["files"]}
-    assert set(by_name) == {"layernorm.md", "softmax.md", "page.html", "datasheet.pdf", "corrupt.pdf", "empty.md",
-                            "blob.txt", "dangling.md", "pipe.md", "image.png", "no-such-dir"}
+    assert set(by_name) == {
+        "layernorm.md",
+        "softmax.md",
+        "page.html",
+        "datasheet.pdf",
+        "corrupt.pdf",
+        "empty.md",
+        "blob.txt",
+        "dangling.md",
+        "pipe.md",
+        "image.png",
+        "no-such-dir",
+    }
     for good in ("layernorm.md", "softmax.md", "page.html", "datasheet.pdf"):
         assert by_name[good]["status"] == "added" and by_name[good]["chunks"] >= 1
     reasons = {name: by_name[name]["reason"] for name in by_name if by_name[name]["status"] == "failed"}
@@ -132,15 +150,23 @@ def test_bad_files_are_reported_by_name_while_good_files_land(tmp_path, docs, ca
     assert reasons["pipe.md"] == "not a regular file (FIFO)"
     assert reasons["no-such-dir"] == "no such file or directory"
     assert by_name["image.png"]["status"] == "skipped"
-    assert report["counts"] == {"added": 4, "unchanged": 0, "replaced": 0, "retagged": 0, "repaired": 0,
-                                "failed": 6, "skipped": 1}
+    assert report["counts"] == {
+        "added": 4,
+        "unchanged": 0,
+        "replaced": 0,
+        "retagged": 0,
+        "repaired": 0,
+        "failed": 6,
+        "skipped": 1,
+    }
 
     with Store.open(tmp_path / "home") as store:
         titles = {d.title: d for d in store.documents()}
         assert set(titles) == {"Test notes on layer norm", "Softmax notes", "HTML page", "datasheet"}
         html_chunks = store.chunks(titles["HTML page"].document_id)
         assert [(c.heading_path, "128x128" in c.text, "alert" in c.text) for c in html_chunks] == [
-            (("Tiles",), True, False)]
+            (("Tiles",), True, False)
+        ]
         pdf_chunks = store.chunks(titles["datasheet"].document_id)
         assert [c.heading_path for c in pdf_chunks] == [("Memory Hierarchy",)]
 
@@ -158,10 +184,16 @@ def test_ingest_summary_table_names_failed_files_and_exits_1(tmp_path, docs, cap
 def test_header_wins_and_command_line_options_fill_what_it_lacks(tmp_path):
     path = tmp_path / "mi355x.md"
     path.write_text("---\ntitle: MI355X notes\nkind: hardware\nvendor: amd\n---\n# MI355X\n## LDS\n160 KB of LDS.\n")
-    options = IngestOptions(vendor="nvidia", devices=("MI355X",), source_url="https://example.org/mi355x",
-                            doc_version="v2", kind=ChunkKind.guidance)
-    doc, chunks, notes = build_document(path.read_bytes(), path=path, source=str(path), identity="file:x",
-                                        options=options)
+    options = IngestOptions(
+        vendor="nvidia",
+        devices=("MI355X",),
+        source_url="https://example.org/mi355x",
+        doc_version="v2",
+        kind=ChunkKind.guidance,
+    )
+    doc, chunks, notes = build_document(
+        path.read_bytes(), path=path, source=str(path), identity="file:x", options=options
+    )
     assert (doc.title, doc.vendor, doc.kind) == ("MI355X notes", "amd", ChunkKind.hardware)  # from the header
     assert doc.devices == ("MI355X",) and doc.source_url == "https://example.org/mi355x" and doc.doc_version == "v2"
     assert [c.kind for c in chunks] == [ChunkKind.hardware]
@@ -172,16 +204,22 @@ def test_header_wins_and_command_line_options_fill_what_it_lacks(tmp_path):
 def test_vendor_is_inferred_from_known_devices_when_nobody_says_it(tmp_path):
     path = tmp_path / "notes.txt"
     path.write_text("Some notes about tiles.\n")
-    doc, _, _ = build_document(path.read_bytes(), path=path, source=str(path), identity="file:y",
-                            options=IngestOptions(devices=("H100 SXM", "H200")))
+    doc, _, _ = build_document(
+        path.read_bytes(),
+        path=path,
+        source=str(path),
+        identity="file:y",
+        options=IngestOptions(devices=("H100 SXM", "H200")),
+    )
     assert doc.vendor == "nvidia" and doc.title == "notes"
 
 
 def test_shipped_document_without_required_header_keys_is_refused(tmp_path):
     data = b"---\ntitle: x\nkind: hardware\n---\n# X\n## A\ntext\n"
     with pytest.raises(IngestError, match="lacks required header keys: sources"):
-        build_document(data, path=Path("x.md"), source="hwdocs/x.md", identity="builtin:x",
-                       options=IngestOptions(), builtin=True)
+        build_document(
+            data, path=Path("x.md"), source="hwdocs/x.md", identity="builtin:x", options=IngestOptions(), builtin=True
+        )
 
 
 def test_ingest_without_paths_or_builtin_is_a_one_line_error(tmp_path, capsys):
@@ -199,11 +237,39 @@ def test_a_malformed_vendor_flag_is_refused_before_anything_is_written(tmp_path,
 
 def test_new_vendors_and_devices_are_accepted_normalised_and_listed_by_docs(tmp_path, docs, capsys):
     home = str(tmp_path / "home")
-    code, _, _ = run_cli(["ingest", str(docs / "sub"), "--vendor", "Tenstorrent  Inc.", "--device", "n300",
-                          "--device", "N300", "--device", "wormhole  n150", "--store", home, "--json"], capsys)
+    code, _, _ = run_cli(
+        [
+            "ingest",
+            str(docs / "sub"),
+            "--vendor",
+            "Tenstorrent  Inc.",
+            "--device",
+            "n300",
+            "--device",
+            "N300",
+            "--device",
+            "wormhole  n150",
+            "--store",
+            home,
+            "--json",
+        ],
+        capsys,
+    )
     assert code == 0
-    run_cli(["ingest", str(docs / "layernorm.md"), "--vendor", "Advanced Micro Devices, Inc.", "--device", "mi355x",
-             "--store", home, "--json"], capsys)
+    run_cli(
+        [
+            "ingest",
+            str(docs / "layernorm.md"),
+            "--vendor",
+            "Advanced Micro Devices, Inc.",
+            "--device",
+            "mi355x",
+            "--store",
+            home,
+            "--json",
+        ],
+        capsys,
+    )
     code, out, _ = run_cli(["docs", "--json", "--store", home], capsys)
     listing = json.loads(out)
     assert listing["vendors"] == {"amd": 1, "tenstorrent": 1}
@@ -227,8 +293,10 @@ def test_a_file_reached_through_a_symlinked_folder_is_ingested_once(tmp_path, do
         again = ingest_paths(store, [tmp_path / "alias"])
         assert [f.status for f in again.files] == [FileStatus.unchanged, FileStatus.unchanged]
         assert len(store.documents()) == 2
-        assert {d.source for d in store.documents()} == {str((docs / "layernorm.md").resolve()),
-                                                         str((docs / "sub" / "softmax.md").resolve())}
+        assert {d.source for d in store.documents()} == {
+            str((docs / "layernorm.md").resolve()),
+            str((docs / "sub" / "softmax.md").resolve()),
+        }
 
 
 def test_a_folder_ingested_with_a_url_gives_each_file_its_own_url_and_anchor(tmp_path, docs):
@@ -237,8 +305,10 @@ def test_a_folder_ingested_with_a_url_gives_each_file_its_own_url_and_anchor(tmp
     with Store.open(tmp_path / "home") as store:
         ingest_paths(store, [docs], IngestOptions(source_url="https://docs.example.org/latest/"))
         urls = {Path(d.source).name: d.source_url for d in store.documents()}
-        assert urls == {"layernorm.md": "https://example.org/ln-notes",  # its own header names its page
-                        "softmax.md": "https://docs.example.org/latest/sub/softmax.html"}
+        assert urls == {
+            "layernorm.md": "https://example.org/ln-notes",  # its own header names its page
+            "softmax.md": "https://docs.example.org/latest/sub/softmax.html",
+        }
         hit = ask(store, "subtract the running maximum before exponentiating", k=1).documents[0]
         assert hit.location == "https://docs.example.org/latest/sub/softmax.html#max-subtraction"
 
@@ -248,7 +318,9 @@ def test_reingesting_with_new_tags_retags_without_embedding_again(tmp_path, docs
         ingest_paths(store, [docs], IngestOptions(vendor="amd"))
         calls = store.embedder.model_calls
         chunks = store.chunks()
-        report = ingest_paths(store, [docs / "sub"], IngestOptions(vendor="amd", devices=("MI300X",), doc_version="6.2"))
+        report = ingest_paths(
+            store, [docs / "sub"], IngestOptions(vendor="amd", devices=("MI300X",), doc_version="6.2")
+        )
         assert [f.status for f in report.files] == [FileStatus.retagged]
         assert store.embedder.model_calls == calls  # vectors came from the cache
         assert store.chunks() == chunks
@@ -271,8 +343,9 @@ def test_force_reparses_and_reembeds_only_text_the_cache_has_never_seen(tmp_path
 def test_retag_and_forget_commands_correct_and_remove_documents(tmp_path, docs, capsys):
     home = str(tmp_path / "home")
     run_cli(["ingest", str(docs), "--store", home, "--json"], capsys)
-    code, out, _ = run_cli(["retag", "softmax.md", "--vendor", "NVIDIA", "--device", "h100 sxm", "--store", home,
-                            "--json"], capsys)
+    code, out, _ = run_cli(
+        ["retag", "softmax.md", "--vendor", "NVIDIA", "--device", "h100 sxm", "--store", home, "--json"], capsys
+    )
     assert code == 0
     retagged = json.loads(out)["documents"][0]
     assert retagged["status"] == "retagged" and retagged["document"]["devices"] == ["H100 SXM"]
@@ -290,14 +363,22 @@ def test_a_huge_file_shows_chunk_progress_and_is_capped_with_a_message(tmp_path)
     from knowledge.ingest import ingest_paths as ingest
 
     big = tmp_path / "big.md"
-    big.write_text("# Big\n" + "".join(f"## Part {i}\nParagraph {i} of a very long generated file.\n" for i in range(400)))
+    big.write_text(
+        "# Big\n" + "".join(f"## Part {i}\nParagraph {i} of a very long generated file.\n" for i in range(400))
+    )
     progress = []
     with Store.open(tmp_path / "home") as store:
-        report = ingest(store, [big], IngestOptions(max_chunks=150),
-                        on_chunks=lambda name, done, total: progress.append((done, total)))
+        report = ingest(
+            store,
+            [big],
+            IngestOptions(max_chunks=150),
+            on_chunks=lambda name, done, total: progress.append((done, total)),
+        )
         f = report.files[0]
         assert (f.status, f.chunks) == (FileStatus.added, 150)
-        assert f.notes == ("capped at 150 chunks: the first 150 of 400 are kept (raise --max-chunks, or split the file)",)
+        assert f.notes == (
+            "capped at 150 chunks: the first 150 of 400 are kept (raise --max-chunks, or split the file)",
+        )
         assert progress[-1] == (150, 150) and len(progress) >= 4
         assert len(store.chunks()) == 150
 
@@ -322,10 +403,16 @@ def test_a_crash_between_the_duckdb_commit_and_chroma_is_repaired_on_the_next_op
     import sys
 
     home = tmp_path / "home"
-    proc = subprocess.run([sys.executable, "-c", CRASH, str(home), str(docs / "layernorm.md")],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", CRASH, str(home), str(docs / "layernorm.md")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 9, proc.stderr[-2000:]
-    with Store.open(home, ) as store:  # opening repays the vectors it finds owed
+    with Store.open(
+        home,
+    ) as store:  # opening repays the vectors it finds owed
         assert store.pending_vector_documents() == []
         assert store.vector_count("chunks") == 3
         assert ingest_paths(store, [docs / "layernorm.md"]).files[0].status is FileStatus.unchanged
@@ -335,6 +422,7 @@ def test_a_document_owed_vectors_is_repaired_by_ingest_not_called_unchanged(tmp_
     from store.errors import VectorIndexError
 
     with Store.open(tmp_path / "home") as store:
+
         def fail(*args, **kwargs):
             raise VectorIndexError("Chroma is down")
 

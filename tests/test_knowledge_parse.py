@@ -25,8 +25,10 @@ def make_pdf(pages: list[list[str]], title: str | None = None) -> bytes:
         ops = ["BT", "/F1 12 Tf", "14 TL", "72 720 Td"]
         ops += ["(" + line.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)") + ") Tj T*" for line in lines]
         stream = "\n".join(ops + ["ET"]).encode()
-        objs.append(f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] "
-                    f"/Resources << /Font << /F1 3 0 R >> >> /Contents {5 + 2 * i} 0 R >>".encode())
+        objs.append(
+            f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] "
+            f"/Resources << /Font << /F1 3 0 R >> >> /Contents {5 + 2 * i} 0 R >>".encode()
+        )
         objs.append(b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream")
     info = ""
     if title:
@@ -167,8 +169,10 @@ def test_html_keeps_headings_and_text_and_drops_scripts_and_styles():
 
 def test_pdf_text_is_extracted_with_guessed_headings_and_page_sections():
     data = make_pdf(
-        [["Memory Hierarchy", "The L2 cache is 50 MB and shared by all SMs.", "Memory Bandwidth 3.35 TB/s"],
-         ["plain text on page two without a heading.", "Tuning Triton Kernels", "Use num_warps 8."]],
+        [
+            ["Memory Hierarchy", "The L2 cache is 50 MB and shared by all SMs.", "Memory Bandwidth 3.35 TB/s"],
+            ["plain text on page two without a heading.", "Tuning Triton Kernels", "Use num_warps 8."],
+        ],
         title="Fake Datasheet",
     )
     doc = parse_bytes(Path("sheet.pdf"), data)
@@ -210,7 +214,11 @@ def test_corrupt_pdf_is_an_ingest_error_naming_it(data):
         ("blank.txt", b"  \n\n\t\n", "empty file"),
         ("blob.txt", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "binary file"),
         ("latin.txt", "caf\xe9 cr\xe8me".encode("latin-1"), "not UTF-8"),
-        ("only-header.md", b"---\ntitle: x\nkind: hardware\nsources: [a]\n---\n# Just a title\n", "no text to index after the header"),
+        (
+            "only-header.md",
+            b"---\ntitle: x\nkind: hardware\nsources: [a]\n---\n# Just a title\n",
+            "no text to index after the header",
+        ),
     ],
 )
 def test_files_that_hold_no_indexable_text_are_refused_with_a_reason(name, data, reason):
@@ -285,7 +293,10 @@ def test_myst_directives_labels_and_roles_leave_no_markup_in_the_text():
         assert markup not in text
     assert "Note:" in text and "MI300A is the APU model." in text and "Tip:" in text
     headings = [(b.level, b.text, b.anchor) for b in doc.blocks if b.level]
-    assert headings == [(1, "MI300 microarchitecture", "mi300-arch"), (2, "Compute units see here", "compute-units-see-here")]
+    assert headings == [
+        (1, "MI300 microarchitecture", "mi300-arch"),
+        (2, "Compute units see here", "compute-units-see-here"),
+    ]
     code = [b for b in doc.blocks if b.kind == "code"]
     assert len(code) == 1 and code[0].text == "```python\nx = 1  # a comment, not a heading\n```"
     table = next(b for b in doc.blocks if b.kind == "table")
@@ -358,11 +369,25 @@ def test_rst_becomes_titled_sections_tables_and_code_without_directive_syntax():
     doc = parse_bytes(Path("tuning.rst"), RST.encode())
     assert doc.format == "rst" and doc.title == "Optimizing on MI300X"
     headings = [(b.level, b.text, b.anchor) for b in doc.blocks if b.level]
-    assert headings == [(1, "Optimizing on MI300X", "optimizing-on-mi300x"), (2, "Kernel knobs", "kernel-knobs"),
-                        (3, "Sub section", "sub-section")]
+    assert headings == [
+        (1, "Optimizing on MI300X", "optimizing-on-mi300x"),
+        (2, "Kernel knobs", "kernel-knobs"),
+        (3, "Sub section", "sub-section"),
+    ]
     text = "\n".join(b.text for b in doc.blocks)
-    for markup in (".. ", "::", ":ref:", ":cpp:func:", "``kpack", "``HIP", ":linenos:", ":header-rows:", "workload", "On this page",
-                   "|undefined|"):
+    for markup in (
+        ".. ",
+        "::",
+        ":ref:",
+        ":cpp:func:",
+        "``kpack",
+        "``HIP",
+        ":linenos:",
+        ":header-rows:",
+        "workload",
+        "On this page",
+        "|undefined|",
+    ):
         assert markup not in text, markup
     assert "Intro with the arch page, hipMalloc and undefined." in text
     table = next(b for b in doc.blocks if b.kind == "table")
@@ -381,7 +406,10 @@ def test_rst_becomes_titled_sections_tables_and_code_without_directive_syntax():
 
 
 def test_broken_rst_still_parses_to_text_without_raising():
-    doc = parse_bytes(Path("broken.rst"), b"Title\n=====\n\n.. list-table::\n   :header-rows: 1\n\n   * - a\n  - b\n\nText `unclosed.\n")
+    doc = parse_bytes(
+        Path("broken.rst"),
+        b"Title\n=====\n\n.. list-table::\n   :header-rows: 1\n\n   * - a\n  - b\n\nText `unclosed.\n",
+    )
     assert doc.title == "Title"
     assert any("Text" in b.text for b in doc.blocks if b.level == 0)
 
@@ -405,9 +433,16 @@ def test_html_tables_stay_tables_with_their_header_and_page_chrome_is_dropped():
     text = "\n".join(b.text for b in doc.blocks)
     assert "Home" not in text and "sidebar" not in text and "copyright" not in text
     table = next(b for b in doc.blocks if b.kind == "table")
-    assert table.text.split("\n") == ["| Model | CUs | Memory |", "| --- | --- | --- |", "| MI300X | 304 | 192 GB |",
-                                       "| MI250X | 220 | 128 GB |"]
-    assert [(b.level, b.text, b.anchor) for b in doc.blocks if b.level] == [(1, "GPU specs", "specs"), (2, "Raw", "raw")]
+    assert table.text.split("\n") == [
+        "| Model | CUs | Memory |",
+        "| --- | --- | --- |",
+        "| MI300X | 304 | 192 GB |",
+        "| MI250X | 220 | 128 GB |",
+    ]
+    assert [(b.level, b.text, b.anchor) for b in doc.blocks if b.level] == [
+        (1, "GPU specs", "specs"),
+        (2, "Raw", "raw"),
+    ]
     code = next(b for b in doc.blocks if b.kind == "code")
     assert code.text == "```\nrocminfo | grep CU\n  indented line\n```"
 
@@ -415,8 +450,11 @@ def test_html_tables_stay_tables_with_their_header_and_page_chrome_is_dropped():
 def test_a_long_table_is_chunked_by_rows_and_every_piece_keeps_the_header():
     header = "| GPU | CUs | memory | bandwidth |\n| --- | --- | --- | --- |"
     rows = [f"| MI{300 + i}X | {200 + i} | {64 + i} GB HBM3 | {3 + i / 10:.1f} TB/s |" for i in range(60)]
-    blocks = [Block(1, "Specs", "heading", "specs"), Block(0, "Intro text.", "text"),
-              Block(0, header + "\n" + "\n".join(rows), "table")]
+    blocks = [
+        Block(1, "Specs", "heading", "specs"),
+        Block(0, "Intro text.", "text"),
+        Block(0, header + "\n" + "\n".join(rows), "table"),
+    ]
     chunks = chunk_blocks(blocks, title="Specs")
     table_chunks = [c for c in chunks if "| GPU |" in c.body]
     assert len(table_chunks) > 3

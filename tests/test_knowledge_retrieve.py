@@ -30,17 +30,40 @@ def copy_of(template: Path, tmp_path_factory, name: str) -> Path:
     return target
 
 
-def outcome(outcome_id: str, op: str, device: str, arch: str, speedup, *, status: str = "passed",
-            dtype: str = "bfloat16", created_at: str = "2026-11-01T00:00:00+00:00",
-            candidate_id: str = "c0", transformation: str = "rows_per_program=4") -> OutcomeRecord:
+def outcome(
+    outcome_id: str,
+    op: str,
+    device: str,
+    arch: str,
+    speedup,
+    *,
+    status: str = "passed",
+    dtype: str = "bfloat16",
+    created_at: str = "2026-11-01T00:00:00+00:00",
+    candidate_id: str = "c0",
+    transformation: str = "rows_per_program=4",
+) -> OutcomeRecord:
     return OutcomeRecord(
-        outcome_id=outcome_id, op_family=op, problem_id="p-" + op, device_name=device, arch=arch,
-        shape_bucket="M>=4096,N=4096..8191", dtype=dtype, transformation=transformation,
-        candidate_id=candidate_id, baseline="eager", speedup=speedup,
+        outcome_id=outcome_id,
+        op_family=op,
+        problem_id="p-" + op,
+        device_name=device,
+        arch=arch,
+        shape_bucket="M>=4096,N=4096..8191",
+        dtype=dtype,
+        transformation=transformation,
+        candidate_id=candidate_id,
+        baseline="eager",
+        speedup=speedup,
         speedup_low=None if speedup is None else speedup * 0.95,
-        speedup_high=None if speedup is None else speedup * 1.05, latency_ms_p50=0.1, status=status,
-        triton_version="3.4.0", torch_version="2.8.0", evidence_eval_ids=(f"ev-{outcome_id}",),
-        summary=f"{transformation} for {op} on {device}: {speedup}x", created_at=created_at,
+        speedup_high=None if speedup is None else speedup * 1.05,
+        latency_ms_p50=0.1,
+        status=status,
+        triton_version="3.4.0",
+        torch_version="2.8.0",
+        evidence_eval_ids=(f"ev-{outcome_id}",),
+        summary=f"{transformation} for {op} on {device}: {speedup}x",
+        created_at=created_at,
     )
 
 
@@ -82,8 +105,16 @@ def test_first_ask_on_an_empty_store_loads_every_shipped_document(store):
 
 def _questions() -> list[dict]:
     """A handful of the shipped question set: the first question for each of eight documents."""
-    wanted = ["nvidia-h200", "amd-mi300x", "meta-mtia", "x86-server-cpu", "constraint-softmax-logsumexp",
-              "constraint-tolerances-by-dtype", "triton-matmul-tuning", "constraint-normalization-variance"]
+    wanted = [
+        "nvidia-h200",
+        "amd-mi300x",
+        "meta-mtia",
+        "x86-server-cpu",
+        "constraint-softmax-logsumexp",
+        "constraint-tolerances-by-dtype",
+        "triton-matmul-tuning",
+        "constraint-normalization-variance",
+    ]
     rows = [json.loads(line) for line in QUESTIONS.read_text().splitlines() if line.strip()]
     return [next(r for r in rows if r["expected"] == stem) for stem in wanted]
 
@@ -145,8 +176,19 @@ def test_ask_json_prints_one_object_with_intent_outcomes_and_documents(home, cap
     assert obj["intent"] == "worked" and obj["failure_patterns"] == [] and obj["outcome_provenance"] == {}
     assert [o["outcome_id"] for o in obj["outcomes"]] == ["ln-mi300x-b", "ln-mi300x-old", "ln-mi300x-a"]
     first = obj["outcomes"][0]
-    for key in ("transformation", "speedup", "speedup_low", "baseline", "shape_bucket", "dtype", "device_name",
-                "triton_version", "torch_version", "created_at", "evidence_eval_ids"):
+    for key in (
+        "transformation",
+        "speedup",
+        "speedup_low",
+        "baseline",
+        "shape_bucket",
+        "dtype",
+        "device_name",
+        "triton_version",
+        "torch_version",
+        "created_at",
+        "evidence_eval_ids",
+    ):
         assert key in first
     assert first["evidence_eval_ids"] == ["ev-ln-mi300x-b"]
     assert len(obj["documents"]) == 3
@@ -205,7 +247,9 @@ def test_failed_returns_failure_patterns_and_failed_or_slower_outcomes_first(hom
     with Store.open(home) as store:
         store.add_outcome(outcome("ln-mi300x-slow", "layernorm", "AMD Instinct MI300X", "gfx942", 0.92))
         for _ in range(2):
-            store.record_failure("layernorm", "gfx942", "correctness", "MismatchError", "max abs error 0.5 at row 7", "c0")
+            store.record_failure(
+                "layernorm", "gfx942", "correctness", "MismatchError", "max abs error 0.5 at row 7", "c0"
+            )
         store.record_failure("softmax", "gfx942", "compile", "CompilationError", "BLOCK too large", "c0")
         failed = ask(store, "what failed for layernorm on MI300X", k=5)
         worked = ask(store, "what worked on MI300 for layernorm", k=5)
@@ -235,8 +279,12 @@ def test_rank_chunks_keeps_the_first_of_each_ranking_and_caps_chunks_per_documen
     from knowledge.index import corpus_for, search_vectors
 
     corpus = corpus_for(store)
-    for question in ("num_warps for rmsnorm on H200", "HIP_FORCE_DEV_KERNARG", "wavefront size on gfx942",
-                     "how does Welford's algorithm keep the variance stable"):
+    for question in (
+        "num_warps for rmsnorm on H200",
+        "HIP_FORCE_DEV_KERNARG",
+        "wavefront size on gfx942",
+        "how does Welford's algorithm keep the variance stable",
+    ):
         facets = retrieve.resolve_facets(question, corpus)
         allowed, _, _ = retrieve._doc_filter(corpus, facets)
         mask = corpus.allowed_rows(allowed)
@@ -297,15 +345,18 @@ def mixed(hwdocs_store_template, tmp_path_factory):
 
 def test_vendor_hits_show_their_file_url_anchor_vendor_and_version(mixed):
     hit = ask(mixed, "what does waves_per_eu do in a Triton kernel on MI300X", k=3).documents[0]
-    assert hit.location == ("https://rocm.docs.amd.com/en/latest/how-to/tuning-guides/mi300x-triton.html"
-                            "#kernel-configuration-knobs")
+    assert hit.location == (
+        "https://rocm.docs.amd.com/en/latest/how-to/tuning-guides/mi300x-triton.html#kernel-configuration-knobs"
+    )
     assert (hit.vendor, hit.origin, hit.title) == ("amd", DocumentOrigin.vendor, "Optimizing Triton kernels on MI300X")
     assert "waves_per_eu" in hit.excerpt and "| Knob |" in hit.excerpt  # the table row under its header
 
 
 def test_untagged_amd_documents_do_not_answer_nvidia_questions(mixed):
     result = ask(mixed, "how much shared memory per thread block on the H100", k=6)
-    hopper = [d for d in result.documents[:3] if d.location.startswith("https://docs.nvidia.com/cuda/hopper-tuning.html#")]
+    hopper = [
+        d for d in result.documents[:3] if d.location.startswith("https://docs.nvidia.com/cuda/hopper-tuning.html#")
+    ]
     assert hopper and "227 KB" in hopper[0].excerpt
     assert all(d.vendor != "amd" for d in result.documents)  # ROCm and HIP pages name no device, yet stay out
 
@@ -331,15 +382,23 @@ def test_kscout_ask_in_a_fresh_process_imports_no_torch_no_chromadb_no_docutils(
     import subprocess
     import sys
 
-    script = ("import json, sys\n"
-              "from agent.cli import main\n"
-              "main(['ask', 'how much shared memory per SM does an H100 have', '--store', sys.argv[1], '--json'])\n"
-              "heavy = ['torch', 'sentence_transformers', 'transformers', 'chromadb', 'docutils', 'scipy']\n"
-              "print(json.dumps({m: m in sys.modules for m in heavy}), file=sys.stderr)\n")
+    script = (
+        "import json, sys\n"
+        "from agent.cli import main\n"
+        "main(['ask', 'how much shared memory per SM does an H100 have', '--store', sys.argv[1], '--json'])\n"
+        "heavy = ['torch', 'sentence_transformers', 'transformers', 'chromadb', 'docutils', 'scipy']\n"
+        "print(json.dumps({m: m in sys.modules for m in heavy}), file=sys.stderr)\n"
+    )
     root = Path(__file__).resolve().parents[1]
-    out = subprocess.run([sys.executable, "-c", script, str(home)], capture_output=True, text=True, timeout=300,
-                         env=dict(os.environ, PYTHONPATH=str(root)))
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(home)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, PYTHONPATH=str(root)),
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout)["documents"]
     assert json.loads(out.stderr.strip().splitlines()[-1]) == dict.fromkeys(
-        ["torch", "sentence_transformers", "transformers", "chromadb", "docutils", "scipy"], False)
+        ["torch", "sentence_transformers", "transformers", "chromadb", "docutils", "scipy"], False
+    )

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from test_knowledge_retrieve import outcome
+from test_store_vectors import chroma_server  # noqa: F401 - the module-scoped `chroma run` fixture
 
 from agent.cli import main as kscout
 from knowledge.ingest import IngestOptions, ingest_paths
 from knowledge.retrieve import ask
 from knowledge.sharing import export_bundle, import_bundle
 from store import Store, StoreError
-from test_knowledge_retrieve import outcome
-from test_store_vectors import chroma_server  # noqa: F401 - the module-scoped `chroma run` fixture
 
 LN_NOTES = """---
 title: MI300X layer norm notes
@@ -42,12 +42,17 @@ def _team_store(home: Path, docs: Path, text: str, name: str, **options) -> Stor
 def mi300_bundle(tmp_path, monkeypatch) -> Path:
     """An MI300 team's store with their measurements and a note, exported as a bundle."""
     monkeypatch.setenv("KSCOUT_TEAM", "mi300-lab")
-    with _team_store(tmp_path / "mi300-home", tmp_path / "mi300-docs", LN_NOTES, "ln.md", vendor="amd",
-                     devices=("MI300X",)) as theirs:
-        theirs.add_outcome(outcome("ln-mi300x-fast", "layernorm", "AMD Instinct MI300X", "gfx942", 2.2,
-                                   transformation="rows_per_program=2"))
-        theirs.add_outcome(outcome("ln-mi300x-bad", "layernorm", "AMD Instinct MI300X", "gfx942", None,
-                                   status="incorrect"))
+    with _team_store(
+        tmp_path / "mi300-home", tmp_path / "mi300-docs", LN_NOTES, "ln.md", vendor="amd", devices=("MI300X",)
+    ) as theirs:
+        theirs.add_outcome(
+            outcome(
+                "ln-mi300x-fast", "layernorm", "AMD Instinct MI300X", "gfx942", 2.2, transformation="rows_per_program=2"
+            )
+        )
+        theirs.add_outcome(
+            outcome("ln-mi300x-bad", "layernorm", "AMD Instinct MI300X", "gfx942", None, status="incorrect")
+        )
         theirs.record_failure("layernorm", "gfx942", "correctness", "MismatchError", "max abs error 0.5", "c1")
         export_bundle(theirs, tmp_path / "bundle")
     return tmp_path / "bundle"
@@ -62,22 +67,30 @@ def test_export_writes_parquet_tables_and_a_manifest_with_hashes(mi300_bundle):
     assert rows["documents"] == 1 and rows["outcomes"] == 2 and rows["failure_patterns"] == 1
     assert rows["embeddings"] == rows["chunks"] + 3  # every chunk, outcome summary and failure
     con = duckdb.connect()
-    got = con.execute(f"SELECT outcome_id, device_name, triton_version, origin_team, origin_store "
-                      f"FROM read_parquet('{mi300_bundle / 'outcomes.parquet'}') ORDER BY 1").fetchall()
-    assert [r[:4] for r in got] == [("ln-mi300x-bad", "AMD Instinct MI300X", "3.4.0", "mi300-lab"),
-                                    ("ln-mi300x-fast", "AMD Instinct MI300X", "3.4.0", "mi300-lab")]
+    got = con.execute(
+        f"SELECT outcome_id, device_name, triton_version, origin_team, origin_store "
+        f"FROM read_parquet('{mi300_bundle / 'outcomes.parquet'}') ORDER BY 1"
+    ).fetchall()
+    assert [r[:4] for r in got] == [
+        ("ln-mi300x-bad", "AMD Instinct MI300X", "3.4.0", "mi300-lab"),
+        ("ln-mi300x-fast", "AMD Instinct MI300X", "3.4.0", "mi300-lab"),
+    ]
 
 
-def test_importing_an_mi300_teams_bundle_answers_from_their_measurements_and_says_so(tmp_path, mi300_bundle,
-                                                                                       capsys, monkeypatch):
+def test_importing_an_mi300_teams_bundle_answers_from_their_measurements_and_says_so(
+    tmp_path, mi300_bundle, capsys, monkeypatch
+):
     monkeypatch.delenv("KSCOUT_TEAM")
     with _team_store(tmp_path / "home", tmp_path / "docs", H100_NOTES, "h100.md") as ours:
         calls = ours.embedder.texts_encoded
         first = import_bundle(ours, mi300_bundle)
         assert ours.embedder.texts_encoded == calls  # the bundle carried its vectors
-        assert {t: (c.added, c.unchanged, c.conflicts) for t, c in first.tables.items()
-                if t != "embeddings"} == {"documents": (1, 0, 0), "chunks": (1, 0, 0), "outcomes": (2, 0, 0),
-                                          "failure_patterns": (1, 0, 0)}
+        assert {t: (c.added, c.unchanged, c.conflicts) for t, c in first.tables.items() if t != "embeddings"} == {
+            "documents": (1, 0, 0),
+            "chunks": (1, 0, 0),
+            "outcomes": (2, 0, 0),
+            "failure_patterns": (1, 0, 0),
+        }
         again = import_bundle(ours, mi300_bundle)
         assert all(c.added == 0 and c.conflicts == 0 for c in again.tables.values())
         assert len(ours.outcomes()) == 2 and len(ours.documents()) == 2 and len(ours.failure_patterns()) == 1
@@ -112,14 +125,19 @@ def test_a_conflicting_row_is_kept_beside_ours_never_overwritten(tmp_path, mi300
         assert import_bundle(ours, mi300_bundle).tables["outcomes"].added == 0  # still idempotent
 
 
-def test_a_bundle_reexported_keeps_the_original_origin_and_our_rows_are_not_reimported(tmp_path, mi300_bundle,
-                                                                                         monkeypatch):
+def test_a_bundle_reexported_keeps_the_original_origin_and_our_rows_are_not_reimported(
+    tmp_path, mi300_bundle, monkeypatch
+):
     monkeypatch.setenv("KSCOUT_TEAM", "h100-lab")
     with _team_store(tmp_path / "home", tmp_path / "docs", H100_NOTES, "h100.md") as ours:
         import_bundle(ours, mi300_bundle)
         export_bundle(ours, tmp_path / "second")
     con = duckdb.connect()
-    teams = dict(con.execute(f"SELECT outcome_id, origin_team FROM read_parquet('{tmp_path / 'second' / 'outcomes.parquet'}')").fetchall())
+    teams = dict(
+        con.execute(
+            f"SELECT outcome_id, origin_team FROM read_parquet('{tmp_path / 'second' / 'outcomes.parquet'}')"
+        ).fetchall()
+    )
     assert teams == {"ln-mi300x-fast": "mi300-lab", "ln-mi300x-bad": "mi300-lab"}
     with Store.open(tmp_path / "mi300-home") as theirs:  # their own rows come back: nothing is added
         report = import_bundle(theirs, tmp_path / "second")
@@ -154,8 +172,10 @@ def test_two_stores_on_one_chroma_server_never_mix_up_ids(tmp_path, chroma_serve
     same_path = tmp_path / "shared-docs"
     same_path.mkdir()
     note = same_path / "notes.md"
-    with Store.open(tmp_path / "one", chroma_url=chroma_server) as one, \
-            Store.open(tmp_path / "two", chroma_url=chroma_server) as two:
+    with (
+        Store.open(tmp_path / "one", chroma_url=chroma_server) as one,
+        Store.open(tmp_path / "two", chroma_url=chroma_server) as two,
+    ):
         note.write_text("# Notes\n## Tiles\nUse 128x128 tiles on the H100.\n")
         ingest_paths(one, [note])
         note.write_text("# Notes\n## Waves\nUse waves_per_eu=2 on the MI300X.\n")

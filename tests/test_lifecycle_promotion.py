@@ -5,15 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
-import evaluation
-from agent.cli import main
-from agent.lifecycle.evidence import PromotionEvidence
-from agent.lifecycle.gate import PromotionRefused
-from agent.lifecycle.registry import promote
-from evaluation.records import Status
-from store import Store
-from store.records import PromotionState
 from test_lifecycle_support import (
     KNOBS,
     add_candidate,
@@ -26,6 +17,15 @@ from test_lifecycle_support import (
     timing,
     variant,
 )
+
+import evaluation
+from agent.cli import main
+from agent.lifecycle.evidence import PromotionEvidence
+from agent.lifecycle.gate import PromotionRefused
+from agent.lifecycle.registry import promote
+from evaluation.records import Status
+from store import Store
+from store.records import PromotionState
 
 
 @pytest.fixture
@@ -113,14 +113,12 @@ def test_refuses_a_missing_declared_shape_case(store, problem):
 def test_refuses_a_declared_dtype_never_verified(store, problem):
     assert "bfloat16" in problem.dtypes and "float32" in problem.dtypes
     shapes = shape_results(problem, drop_dtype="bfloat16")
-    c = gpu_candidate(
-        store, problem, variant(1), correctness=result(problem, variant(1), gpu_fp(), shapes=shapes)
-    )
+    c = gpu_candidate(store, problem, variant(1), correctness=result(problem, variant(1), gpu_fp(), shapes=shapes))
     missing = refusal(store, c.candidate_id)
     bf16_cases = [case.case_id for case in problem.shape_cases if case.dtype == "bfloat16"]
-    assert missing == [
-        f"correctness: declared shape case {cid} not passed on sm_90" for cid in bf16_cases
-    ] + ["correctness: declared dtype bfloat16 never verified on sm_90"]
+    assert missing == [f"correctness: declared shape case {cid} not passed on sm_90" for cid in bf16_cases] + [
+        "correctness: declared dtype bfloat16 never verified on sm_90"
+    ]
 
 
 def test_refuses_a_candidate_whose_correctness_failed(store, problem):
@@ -142,9 +140,7 @@ def test_refuses_without_an_interleaved_remeasure(store, problem):
 def test_refuses_a_speedup_inside_the_noise(store, problem):
     noisy = result(problem, variant(1), gpu_fp(), shapes=(), timed=timing(problem, 1.03, 0.97, 1.09))
     c = gpu_candidate(store, problem, variant(1), remeasure=noisy)
-    assert refusal(store, c.candidate_id) == [
-        "timing: speedup over eager 1.030x [0.970, 1.090] is within the noise"
-    ]
+    assert refusal(store, c.candidate_id) == ["timing: speedup over eager 1.030x [0.970, 1.090] is within the noise"]
 
 
 def test_refuses_a_geomean_win_that_hides_a_case_slower_than_eager(store, problem):
@@ -160,9 +156,7 @@ def test_refuses_a_geomean_win_that_hides_a_case_slower_than_eager(store, proble
 
 
 def test_refuses_a_remeasure_with_no_eager_baseline(store, problem):
-    cases = tuple(
-        t.model_copy(update={"baselines": (), "speedups": ()}) for t in timing(problem, 1.4, 1.3, 1.5)
-    )
+    cases = tuple(t.model_copy(update={"baselines": (), "speedups": ()}) for t in timing(problem, 1.4, 1.3, 1.5))
     c = gpu_candidate(
         store, problem, variant(1), remeasure=result(problem, variant(1), gpu_fp(), shapes=(), timed=cases)
     )
@@ -181,10 +175,7 @@ def test_refuses_a_cpu_only_result_and_says_the_cpu_measures_no_speed(store):
     missing = refusal(store, c.candidate_id)
     assert missing[0].startswith("timing: a CPU-only result can never be promoted")
     assert "Triton interpreter measures no speed" in missing[0]
-    assert (
-        "environment: the correctness evaluation recorded no driver version (cpu (triton interpreter))"
-        in missing
-    )
+    assert "environment: the correctness evaluation recorded no driver version (cpu (triton interpreter))" in missing
 
 
 def test_refuses_when_no_knobs_or_block_sizes_are_stated(store, problem):
@@ -240,9 +231,7 @@ def test_refuses_correctness_and_timing_from_different_environments(store, probl
         variant(1),
         remeasure=result(problem, variant(1), newer, shapes=(), timed=timing(problem, 1.4, 1.3, 1.5)),
     )
-    assert refusal(store, c.candidate_id) == [
-        "environment: correctness and timing ran on different environments"
-    ]
+    assert refusal(store, c.candidate_id) == ["environment: correctness and timing ran on different environments"]
 
 
 def test_refuses_evidence_from_a_run_on_another_shape_set(store, problem):

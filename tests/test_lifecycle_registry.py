@@ -6,6 +6,7 @@ import json
 import shutil
 
 import pytest
+from test_lifecycle_support import gpu_candidate, gpu_fp, result, variant
 
 import evaluation
 from agent.cli import main
@@ -15,7 +16,6 @@ from agent.lifecycle.registry import FlagNote, deployed_entries, flag, promote, 
 from agent.lifecycle.revalidate import freshness
 from store import Store
 from store.records import PromotionState
-from test_lifecycle_support import gpu_candidate, gpu_fp, result, variant
 
 
 @pytest.fixture(scope="module")

@@ -9,14 +9,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
-import evaluation
-from agent.cli import main
-from agent.lifecycle.registry import FlagNote, deployed_entries
-from agent.lifecycle.revalidate import judge_revalidation, revalidate
-from evaluation.records import Status
-from store import Store
-from store.records import PromotionState
 from test_lifecycle_support import (
     BROKEN,
     SEED,
@@ -28,6 +20,14 @@ from test_lifecycle_support import (
     timing,
     write_deployment,
 )
+
+import evaluation
+from agent.cli import main
+from agent.lifecycle.registry import FlagNote, deployed_entries
+from agent.lifecycle.revalidate import judge_revalidation, revalidate
+from evaluation.records import Status
+from store import Store
+from store.records import PromotionState
 
 
 @pytest.fixture(scope="module")
@@ -48,9 +48,7 @@ def cpu_history(tmp_path, cpu_problem):
     return home, good.candidate_id, bad.candidate_id
 
 
-def test_revalidate_flags_a_failing_kernel_and_rolls_back_to_the_previous_known_good(
-    cpu_history, cpu_problem
-):
+def test_revalidate_flags_a_failing_kernel_and_rolls_back_to_the_previous_known_good(cpu_history, cpu_problem):
     home, good, bad = cpu_history
     n = len(cpu_problem.shape_cases)  # the broken kernel adds 0.5 to every output: every case fails
     with Store.open(home) as store:
@@ -127,9 +125,7 @@ def gpu_problem():
 def recorded(tmp_path, gpu_problem):
     with Store.open(tmp_path / "store") as store:
         run = make_run(store, gpu_problem, gpu_fp())
-        return write_deployment(
-            store, gpu_problem, add_candidate(store, run, SEED), gpu_fp(), speedup=(1.4, 1.3, 1.5)
-        )
+        return write_deployment(store, gpu_problem, add_candidate(store, run, SEED), gpu_fp(), speedup=(1.4, 1.3, 1.5))
 
 
 def test_judge_flags_a_speedup_whose_interval_falls_below_the_recorded_one(recorded, gpu_problem):

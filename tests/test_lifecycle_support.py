@@ -229,9 +229,7 @@ def gpu_candidate(
     with store.session():
         run = run or make_run(store, problem, fp)
         c = add_candidate(store, run, source, knobs=knobs)
-        store.add_evaluation(
-            run.run_id, c.candidate_id, correctness or result(problem, source, fp), kind="search"
-        )
+        store.add_evaluation(run.run_id, c.candidate_id, correctness or result(problem, source, fp), kind="search")
         if remeasure == "default":
             remeasure = result(problem, source, fp, shapes=(), timed=timing(problem, 1.4, 1.3, 1.5))
         if remeasure is not None:

@@ -28,13 +28,18 @@ def test_the_manifest_holds_forty_kernels_over_fifteen_problems_each_judged_with
         assert e.why and e.style in ("deepseek", "qwen", "gpt", "gemini"), e.file
     wrong = {Path(e.file).name for e in ENTRIES if not e.truly_correct}
     # the four truly wrong kernels issue 17 names
-    assert {"log_softmax_packed_rows_wrong.py", "instancenorm_pow2_wrong.py", "rmsnorm_grid_y_wrong.py",
-            "selu_capped_grid_wrong.py"} <= wrong
+    assert {
+        "log_softmax_packed_rows_wrong.py",
+        "instancenorm_pow2_wrong.py",
+        "rmsnorm_grid_y_wrong.py",
+        "selu_capped_grid_wrong.py",
+    } <= wrong
     assert any(e.fast for e in ENTRIES)
 
 
-@pytest.mark.parametrize("entry", [e for e in ENTRIES if e.problem.startswith(("builtin:", "local:"))],
-                         ids=lambda e: Path(e.file).stem)
+@pytest.mark.parametrize(
+    "entry", [e for e in ENTRIES if e.problem.startswith(("builtin:", "local:"))], ids=lambda e: Path(e.file).stem
+)
 def test_every_local_problem_of_the_corpus_loads_on_the_cpu(entry):
     info = load_problem(corpus.problem_spec(entry), "cpu")
     assert info.shape_cases and info.launch_cases

@@ -3,15 +3,29 @@
 import hashlib
 
 import pytest
+from fake_openai import (
+    SEED_SOURCE,
+    FakeOpenAI,
+    Reply,
+    good_kernel,
+    malformed,
+    prose,
+    rate_limited,
+    server_error,
+    slow,
+)
 
 import prompts
 from agent.proposers.base import Action, ParentInfo, ProposeRequest
 from agent.proposers.llm import LLMProposer
 from evaluation.records import (
-    EvalResult, Fingerprint, KernelInfo, Mismatch, ShapeResult, Stage, Status,
-)
-from fake_openai import (
-    SEED_SOURCE, FakeOpenAI, Reply, good_kernel, malformed, prose, rate_limited, server_error, slow,
+    EvalResult,
+    Fingerprint,
+    KernelInfo,
+    Mismatch,
+    ShapeResult,
+    Stage,
+    Status,
 )
 
 PRICED = "openai/gpt-4o-mini"  # in litellm's local cost map: cost is computed from the reply's usage
@@ -36,8 +50,16 @@ def proposer(server, calls, **kw):
 
 
 def request(problem, action=Action.seed, parent=None, n=1):
-    return ProposeRequest(problem=problem, device="cpu", arch="cpu", device_name="cpu (triton interpreter)",
-                          action=action, parent=parent, n=n, context_text="- [H200 datasheet] 4.8 TB/s HBM3e")
+    return ProposeRequest(
+        problem=problem,
+        device="cpu",
+        arch="cpu",
+        device_name="cpu (triton interpreter)",
+        action=action,
+        parent=parent,
+        n=n,
+        context_text="- [H200 datasheet] 4.8 TB/s HBM3e",
+    )
 
 
 def test_retries_a_429_and_a_500_then_returns_the_kernel(server, problem):
@@ -133,17 +155,43 @@ def test_the_cost_ceiling_stops_further_calls(server, problem):
 
 def test_the_repair_prompt_carries_the_evaluators_diagnostics(server, problem):
     failed = EvalResult(
-        status=Status.incorrect, failed_stage=Stage.correctness, error_class="Mismatch",
-        message="M=7,N=97|float32: 12 of 679 elements outside tolerance", candidate_sha256="c" * 64,
-        problem_id=problem.problem_id, problem_name="layernorm", device="cpu",
-        shape_results=(ShapeResult(case_id="M=7,N=97|float32", params={"M": 7, "N": 97}, dtype="float32",
-                                   passed=False, trials=2, seeds=(1, 2), atol=1e-4, rtol=1e-4, max_abs_error=0.75,
-                                   max_rel_error=3.0, mismatch_count=12, numel=679,
-                                   first_mismatch=Mismatch(index=(3, 96), expected=1.5, actual=0.25)),),
+        status=Status.incorrect,
+        failed_stage=Stage.correctness,
+        error_class="Mismatch",
+        message="M=7,N=97|float32: 12 of 679 elements outside tolerance",
+        candidate_sha256="c" * 64,
+        problem_id=problem.problem_id,
+        problem_name="layernorm",
+        device="cpu",
+        shape_results=(
+            ShapeResult(
+                case_id="M=7,N=97|float32",
+                params={"M": 7, "N": 97},
+                dtype="float32",
+                passed=False,
+                trials=2,
+                seeds=(1, 2),
+                atol=1e-4,
+                rtol=1e-4,
+                max_abs_error=0.75,
+                max_rel_error=3.0,
+                mismatch_count=12,
+                numel=679,
+                first_mismatch=Mismatch(index=(3, 96), expected=1.5, actual=0.25),
+            ),
+        ),
         kernels=(KernelInfo(name="_layernorm_fwd", n_regs=40, n_spills=7, shared_bytes=0),),
-        fingerprint=Fingerprint(device_kind="cpu", device_name="cpu", arch="cpu", triton_version="3.9",
-                                torch_version="2.13", python_version="3.11", kernelscout_version="0.1.0"),
-        started_at="2026-01-01T00:00:00+00:00", duration_s=1.0,
+        fingerprint=Fingerprint(
+            device_kind="cpu",
+            device_name="cpu",
+            arch="cpu",
+            triton_version="3.9",
+            torch_version="2.13",
+            python_version="3.11",
+            kernelscout_version="0.1.0",
+        ),
+        started_at="2026-01-01T00:00:00+00:00",
+        duration_s=1.0,
     )
     parent = ParentInfo(candidate_id="c" * 64, source="class ModelNew: ...  # PARENT", result=failed)
     calls = []
@@ -161,7 +209,13 @@ def test_the_repair_prompt_carries_the_evaluators_diagnostics(server, problem):
 def test_explain_renders_its_prompt_and_returns_the_reply(server, problem):
     calls = []
     server.enqueue(Reply(content="Two rows per program halve the launch count."))
-    text = proposer(server, calls).explain(source="NEW", parent_source="OLD", result_line="passed, 1.3x",
-                                           op_family="layernorm", device_name="H200", arch="sm_90")
+    text = proposer(server, calls).explain(
+        source="NEW",
+        parent_source="OLD",
+        result_line="passed, 1.3x",
+        op_family="layernorm",
+        device_name="H200",
+        arch="sm_90",
+    )
     assert text == "Two rows per program halve the launch count."
     assert calls[0].template_name == "explain" and "NEW" in calls[0].rendered_prompt

@@ -5,10 +5,10 @@ import textwrap
 
 import pytest
 import sympy
+from lowering_cases import CASES, assert_close, run_lowered
 
 from agent.proposers.lowering import LoweringError, lower_source
 from agent.proposers.lowering.capture import capture, init_source
-from lowering_cases import CASES, assert_close, run_lowered
 
 
 def test_equal_sizes_stay_distinct_symbols():
@@ -63,7 +63,9 @@ def test_init_is_copied_with_its_defaults_and_without_its_docstring():
 
 
 def test_an_init_that_reads_a_module_level_size_is_refused_with_the_name():
-    src = CASES["softmax_dim1"].replace("super().__init__()", "super().__init__()\n        self.w = nn.Parameter(torch.randn(N))")
+    src = CASES["softmax_dim1"].replace(
+        "super().__init__()", "super().__init__()\n        self.w = nn.Parameter(torch.randn(N))"
+    )
     src = "N = 4\n" + src
     with pytest.raises(LoweringError, match="module-level value 'N'"):
         capture(src, "/tmp/global_n.py")

@@ -12,12 +12,22 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from agent.proposers.lowering import lower_source
 from lowering_cases import CASES, assert_close, run_lowered
 
-FAST = ("pointwise_broadcast", "sum_mid_keepdim", "argmax_first", "softmax_dim1", "group_norm", "cumsum_reverse",
-        "maxpool2d", "linear_epilogue", "gemm_groupnorm", "hinge")
+from agent.proposers.lowering import lower_source
+
+FAST = (
+    "pointwise_broadcast",
+    "sum_mid_keepdim",
+    "argmax_first",
+    "softmax_dim1",
+    "group_norm",
+    "cumsum_reverse",
+    "maxpool2d",
+    "linear_epilogue",
+    "gemm_groupnorm",
+    "hinge",
+)
 
 
 @pytest.mark.parametrize("name", [n if n in FAST else pytest.param(n, marks=pytest.mark.slow) for n in CASES])
@@ -35,10 +45,15 @@ def _kinds(name, fuse=None):
 
 def test_fusion_groups_get_the_schedule_kinds_of_their_ops():
     expected = {
-        "pointwise_broadcast": ["pointwise"], "softmax_dim1": ["row"], "sum_mid_keepdim": ["reduction"],
-        "maxpool2d": ["window"], "cumsum": ["scan"], "linear_epilogue": ["matmul"],
+        "pointwise_broadcast": ["pointwise"],
+        "softmax_dim1": ["row"],
+        "sum_mid_keepdim": ["reduction"],
+        "maxpool2d": ["window"],
+        "cumsum": ["scan"],
+        "linear_epilogue": ["matmul"],
         # the clamp reads the normalised rows through a reshape: it gets its own kernel
-        "gemm_groupnorm": ["matmul", "row", "pointwise"], "sdpa": ["matmul", "row", "matmul"],
+        "gemm_groupnorm": ["matmul", "row", "pointwise"],
+        "sdpa": ["matmul", "row", "matmul"],
     }
     for name, kinds in expected.items():
         _, config = _kinds(name)
@@ -58,8 +73,10 @@ def test_splitting_fusion_groups_gives_more_kernels_with_the_same_values():
 def test_the_looped_pass_matches_the_single_pass(name):
     low = lower_source(CASES[name], f"/tmp/{name}.py")
     config = low.default_config()
-    looped = {**config, "groups": [dict(g, single_max=0, rblock=128) if "single_max" in g else g
-                                   for g in config["groups"]]}
+    looped = {
+        **config,
+        "groups": [dict(g, single_max=0, rblock=128) if "single_max" in g else g for g in config["groups"]],
+    }
     _, out, expected, flagged = run_lowered(CASES[name], looped, path=f"/tmp/{name}.py")
     assert flagged == {}
     assert_close(out, expected)
@@ -122,7 +139,9 @@ def test_split_k_matches_the_single_pass_contraction(name):
 
 
 def test_the_seed_splits_long_reductions_over_few_rows_at_the_shipped_sizes():
-    src = CASES["mse"].replace("torch.randn(6, 11), torch.randn(6, 11)", "torch.randn(4096, 4096), torch.randn(4096, 4096)")
+    src = CASES["mse"].replace(
+        "torch.randn(6, 11), torch.randn(6, 11)", "torch.randn(4096, 4096), torch.randn(4096, 4096)"
+    )
     config = lower_source(src, "/tmp/mse_big.py").default_config()
     assert [g["kind"] for g in config["groups"]] == ["reduction"] and config["groups"][0]["split"] > 1
     small = lower_source(CASES["mse"], "/tmp/mse.py").default_config()
@@ -139,8 +158,9 @@ def test_eviction_hints_mark_the_passes_of_a_looped_row_kernel():
     assert_close(out, expected)
 
 
-_DEV = Path(os.environ.get("KSCOUT_KERNELBENCH_DEV",
-                           Path(__file__).resolve().parents[1] / ".." / "shared" / "kernelbench-dev"))
+_DEV = Path(
+    os.environ.get("KSCOUT_KERNELBENCH_DEV", Path(__file__).resolve().parents[1] / ".." / "shared" / "kernelbench-dev")
+)
 
 # Dev problems whose CPU coverage runs failed only on derived sizes the reference itself rejects
 # (an output length below 1, an input smaller than the window, a shrunk batch against an unshrunk

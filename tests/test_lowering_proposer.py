@@ -4,31 +4,49 @@ still preferred where they match."""
 
 import textwrap
 
+from lowering_cases import CASES
+
 from agent.proposers.base import Action, ParentInfo, ProposeRequest
 from agent.proposers.lowering.propose import is_lowering_config
 from agent.proposers.template import TemplateProposer
 from evaluation.records import ProblemInfo, ShapeCase, Tolerance, source_sha256
-from lowering_cases import CASES
 
 
 def _problem(tmp_path, name: str, source: str) -> ProblemInfo:
     path = tmp_path / f"{name}.py"
     path.write_text(source)
-    return ProblemInfo(problem_id=name, name=name, op_family="unknown", source_path=str(path), source_sha256=name,
-                       builtin=False, source=source,
-                       shape_cases=(ShapeCase(case_id="N=8|float32", params={"N": 8}, dtype="float32",
-                                              tags=("representative",)),),
-                       dtypes=("float32",), tolerances={"float32": Tolerance(atol=1e-4, rtol=1e-4)})
+    return ProblemInfo(
+        problem_id=name,
+        name=name,
+        op_family="unknown",
+        source_path=str(path),
+        source_sha256=name,
+        builtin=False,
+        source=source,
+        shape_cases=(ShapeCase(case_id="N=8|float32", params={"N": 8}, dtype="float32", tags=("representative",)),),
+        dtypes=("float32",),
+        tolerances={"float32": Tolerance(atol=1e-4, rtol=1e-4)},
+    )
 
 
 def _request(problem, action=Action.seed, parent=None, n=1, seen=frozenset(), rng_seed=0):
-    return ProposeRequest(problem=problem, device="cpu", arch="cpu", device_name="cpu", action=action,
-                          parent=parent, n=n, seen_sha256=seen, rng_seed=rng_seed)
+    return ProposeRequest(
+        problem=problem,
+        device="cpu",
+        arch="cpu",
+        device_name="cpu",
+        action=action,
+        parent=parent,
+        n=n,
+        seen_sha256=seen,
+        rng_seed=rng_seed,
+    )
 
 
 def _parent(p) -> ParentInfo:
-    return ParentInfo(candidate_id=source_sha256(p.source), source=p.source, knobs=p.knobs,
-                      transformation_tags=p.transformation_tags)
+    return ParentInfo(
+        candidate_id=source_sha256(p.source), source=p.source, knobs=p.knobs, transformation_tags=p.transformation_tags
+    )
 
 
 def test_seed_is_the_lowered_default_schedule_with_its_kinds_on_record(tmp_path):

@@ -33,7 +33,10 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 def test_a_manifest_gives_each_search_the_command_options_then_its_defaults_then_its_own(tmp_path):
-    manifest = load_manifest(write(tmp_path, """
+    manifest = load_manifest(
+        write(
+            tmp_path,
+            """
 [shared]
 minutes = 30
 concurrency = 3
@@ -50,24 +53,34 @@ problem = "rmsnorm"
 budget = 32
 ray_resource = "H200"
 executor = "ray"
-"""))
+""",
+        )
+    )
     configs = plan(["layernorm"], dict(BASE, seed=7), manifest)
     assert manifest.shared == Shared(minutes=30, concurrency=3)
     assert [(c.problem, c.budget, c.dtypes, c.seed) for c in configs] == [
-        ("layernorm", 1, (), 7), ("softmax", 16, ("bfloat16",), 7), ("rmsnorm", 32, ("bfloat16",), 7)]
+        ("layernorm", 1, (), 7),
+        ("softmax", 16, ("bfloat16",), 7),
+        ("rmsnorm", 32, ("bfloat16",), 7),
+    ]
     assert (configs[2].executor, configs[2].ray_resource) == ("ray", "H200")
     assert executor_key(configs[0]) == executor_key(configs[1]) != executor_key(configs[2])
 
 
-@pytest.mark.parametrize("text,error", [
-    ("[[search]]\nproblem = 'softmax'\nbudgett = 3\n", r"search 1 \(softmax\): budgett: Extra inputs"),
-    ("[[search]]\nproblem = 'softmax'\nminutes = 3\n", "minutes is shared by all searches"),
-    ("[sharde]\nminutes = 3\n", "manifest .*: sharde: Extra inputs"),
-    ("[shared]\nminutes = 3\n", "names no"),
-    ("[[search]]\nproblem = 'softmax'\n[[search]]\nproblem = 'rmsnorm'\nworkers = 4\n",
-     "searches on the local executor share one executor"),
-    ("[[search]\n", "cannot read manifest"),
-])
+@pytest.mark.parametrize(
+    "text,error",
+    [
+        ("[[search]]\nproblem = 'softmax'\nbudgett = 3\n", r"search 1 \(softmax\): budgett: Extra inputs"),
+        ("[[search]]\nproblem = 'softmax'\nminutes = 3\n", "minutes is shared by all searches"),
+        ("[sharde]\nminutes = 3\n", "manifest .*: sharde: Extra inputs"),
+        ("[shared]\nminutes = 3\n", "names no"),
+        (
+            "[[search]]\nproblem = 'softmax'\n[[search]]\nproblem = 'rmsnorm'\nworkers = 4\n",
+            "searches on the local executor share one executor",
+        ),
+        ("[[search]\n", "cannot read manifest"),
+    ],
+)
 def test_a_bad_manifest_is_refused_with_its_place(tmp_path, text, error):
     with pytest.raises(SessionError, match=error):
         plan([], BASE, load_manifest(write(tmp_path, text)))
@@ -82,8 +95,9 @@ def test_no_problems_and_no_manifest_is_refused(tmp_path):
 
 def test_the_stop_rule_reads_the_shared_spend_not_the_runs_own(tmp_path):
     with Store.open(tmp_path / "home") as st:
-        run_id = start(SessionConfig(problem="softmax", max_cost_usd=0.5, **BASE), st,
-                       shared_spend=SharedSpend(spent_usd=0.75))  # spent by the other searches
+        run_id = start(
+            SessionConfig(problem="softmax", max_cost_usd=0.5, **BASE), st, shared_spend=SharedSpend(spent_usd=0.75)
+        )  # spent by the other searches
         run = st.get_run(run_id)
         assert st.evaluations(run_id=run_id) == []
     assert (run.status, run.stop_reason, run.stop_rule.max_cost_usd) == (RunStatus.finished, "cost_ceiling", 0.5)
@@ -95,8 +109,10 @@ def test_a_spent_deadline_stops_the_running_search_and_never_starts_the_next(tmp
         result = run_many(configs, st, shared=Shared(minutes=1e-6, concurrency=1))
         runs = [st.get_run(o.run_id) for o in result.outcomes if o.run_id]
     states = [(o.problem, o.state) for o in result.outcomes]
-    assert states in ([("softmax", "finished"), ("layernorm", "not_started")],
-                      [("softmax", "not_started"), ("layernorm", "not_started")])
+    assert states in (
+        [("softmax", "finished"), ("layernorm", "not_started")],
+        [("softmax", "not_started"), ("layernorm", "not_started")],
+    )
     assert all(r.stop_reason == "time_budget" and r.stop_rule.max_minutes <= 1e-6 for r in runs)
     assert result.outcomes[1].reason == "the shared time budget was spent before it started"
 
@@ -106,8 +122,24 @@ def test_optimize_many_runs_each_problem_to_its_own_finished_run(tmp_path, capsy
     from agent.cli import main
 
     home = tmp_path / "home"
-    main(["optimize-many", "softmax", "layernorm", "--device", "cpu", "--budget", "1", "--trials", "1",
-          "--minutes", "30", "--store", str(home), "--json"])
+    main(
+        [
+            "optimize-many",
+            "softmax",
+            "layernorm",
+            "--device",
+            "cpu",
+            "--budget",
+            "1",
+            "--trials",
+            "1",
+            "--minutes",
+            "30",
+            "--store",
+            str(home),
+            "--json",
+        ]
+    )
     out = json.loads(capsys.readouterr().out)
     searches = out["searches"]
     assert [(s["problem"], s["state"]) for s in searches] == [("softmax", "finished"), ("layernorm", "finished")]
@@ -128,8 +160,13 @@ def test_ctrl_c_interrupts_every_running_search_and_each_resumes(tmp_path):
             ex.cancel()
 
     with Store.open(tmp_path / "home") as st:
-        result = run_many(configs, st, shared=Shared(concurrency=2), on_event=cancel_on_first_evaluation,
-                          executors={executor_key(configs[0]): ex})
+        result = run_many(
+            configs,
+            st,
+            shared=Shared(concurrency=2),
+            on_event=cancel_on_first_evaluation,
+            executors={executor_key(configs[0]): ex},
+        )
         ex.close()
         assert [o.state for o in result.outcomes] == ["interrupted", "interrupted"]
         runs = [st.get_run(r) for r in result.interrupted_runs]
@@ -153,5 +190,7 @@ def test_an_executor_that_cannot_start_fails_only_the_searches_that_need_it(tmp_
         result = run_many([gpu, cpu], st, executors={executor_key(cpu): ex})
     ex.close()
     assert [(o.problem, o.state, o.run_id is None) for o in result.outcomes] == [
-        ("layernorm", "failed", True), ("softmax", "finished", False)]
+        ("layernorm", "failed", True),
+        ("softmax", "finished", False),
+    ]
     assert result.outcomes[0].reason.startswith("DeviceError: --device cuda asked for")

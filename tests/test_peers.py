@@ -77,9 +77,13 @@ def test_best_per_row_picks_the_fastest_kernel_and_the_summary_takes_geomeans():
             out.ratios["torch_compile"] = comp
         return out
 
-    ms = [m("softmax:M=1,N=2", "torch_compile", 1.0), m("softmax:M=1,N=2", "kernel:a", 0.8, 1.25),
-          m("softmax:M=1,N=2", "kernel:b", 0.5, 2.0), m("softmax:M=3,N=4", "kernel:a", 1.0, 0.8),
-          peers.Measurement("softmax:M=3,N=4", "kernel:b", "failed", "boom")]
+    ms = [
+        m("softmax:M=1,N=2", "torch_compile", 1.0),
+        m("softmax:M=1,N=2", "kernel:a", 0.8, 1.25),
+        m("softmax:M=1,N=2", "kernel:b", 0.5, 2.0),
+        m("softmax:M=3,N=4", "kernel:a", 1.0, 0.8),
+        peers.Measurement("softmax:M=3,N=4", "kernel:b", "failed", "boom"),
+    ]
     lines = peers.best_per_row(ms)
     assert " b " in lines[2] and "0.5000" in lines[2]
     assert " a " in lines[3]

@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from agent.search.policy import Node, PolicyConfig, Tree, decide
 from agent.proposers.base import Action
+from agent.search.policy import Node, PolicyConfig, Tree, decide
 
 
 def n(cid, parent=None, status="passed", speedup=None, action="refine"):
@@ -14,13 +14,15 @@ def n(cid, parent=None, status="passed", speedup=None, action="refine"):
 
 def measured_tree():
     # seed (1.0x) -> a (1.5x) -> a1 (2.0x), a2 (incorrect); seed -> b (0.8x)
-    return Tree([
-        n("seed", speedup=1.0, action="seed"),
-        n("a", "seed", speedup=1.5),
-        n("b", "seed", speedup=0.8),
-        n("a1", "a", speedup=2.0),
-        n("a2", "a", status="incorrect"),
-    ])
+    return Tree(
+        [
+            n("seed", speedup=1.0, action="seed"),
+            n("a", "seed", speedup=1.5),
+            n("b", "seed", speedup=0.8),
+            n("a1", "a", speedup=2.0),
+            n("a2", "a", status="incorrect"),
+        ]
+    )
 
 
 def test_node_value_is_log_speedup_of_best_descendant():
@@ -72,16 +74,22 @@ def test_unmeasured_tree_degenerates_to_breadth():
 
 
 def test_breadth_prefers_the_branch_with_fewer_failures():
-    t = Tree([n("seed", action="seed"), n("a", "seed"), n("b", "seed"), n("c", "seed"),
-              n("af", "a", status="incorrect")])
+    t = Tree(
+        [n("seed", action="seed"), n("a", "seed"), n("b", "seed"), n("c", "seed"), n("af", "a", status="incorrect")]
+    )
     d = decide(t, PolicyConfig(breadth=3, restart_after=99))
     assert d.node_id == "b"  # a, b, c are at depth 1; a has a failure; b is older than c
 
 
 def test_failures_push_uct_away_from_a_branch():
     # Two leaves with the same measured value and one visit each, but x has a failed child.
-    t = Tree([n("x", speedup=1.2, action="seed"), n("y", speedup=1.2, action="restart"),
-              n("xf", "x", status="compile_error")])
+    t = Tree(
+        [
+            n("x", speedup=1.2, action="seed"),
+            n("y", speedup=1.2, action="restart"),
+            n("xf", "x", status="compile_error"),
+        ]
+    )
     cfg = PolicyConfig()
     assert t.score("x", cfg) < t.score("y", cfg)
     assert decide(t, cfg).node_id == "y"
@@ -100,8 +108,13 @@ def test_repairs_the_newest_failure_up_to_the_limit():
     assert (decide(t1, cfg).action, decide(t1, cfg).node_id) == (Action.repair, "s")
     t2 = Tree([n("s", status="incorrect", action="seed"), n("r1", "s", status="compile_error", action="repair")])
     assert (decide(t2, cfg).action, decide(t2, cfg).node_id) == (Action.repair, "r1")
-    t3 = Tree([n("s", status="incorrect", action="seed"), n("r1", "s", status="compile_error", action="repair"),
-               n("r2", "r1", status="crashed", action="repair")])
+    t3 = Tree(
+        [
+            n("s", status="incorrect", action="seed"),
+            n("r1", "s", status="compile_error", action="repair"),
+            n("r2", "r1", status="crashed", action="repair"),
+        ]
+    )
     assert t3.repair_depth("r2") == 2
     assert decide(t3, cfg).action is Action.restart
 
@@ -116,8 +129,15 @@ def test_restarts_when_every_passing_branch_keeps_failing():
 
 
 def test_a_pass_after_failures_reopens_the_branch():
-    t = Tree([n("s", action="seed"), n("f1", "s", status="incorrect"), n("f2", "s", status="incorrect"),
-              n("f3", "s", status="incorrect"), n("ok", "s")])
+    t = Tree(
+        [
+            n("s", action="seed"),
+            n("f1", "s", status="incorrect"),
+            n("f2", "s", status="incorrect"),
+            n("f3", "s", status="incorrect"),
+            n("ok", "s"),
+        ]
+    )
     assert t.trailing_failed_children("s") == 0
     assert decide(t, PolicyConfig(branch_failure_limit=3, restart_after=99)).action is Action.refine
 
@@ -134,8 +154,14 @@ def test_stall_triggers_a_restart_and_the_restart_resets_the_count():
 
 def test_tries_a_sibling_when_refinements_stop_beating_the_node():
     # a beat its parent, then two children of a did not beat a: ask for a different kind of change from a.
-    t = Tree([n("s", speedup=1.0, action="seed"), n("a", "s", speedup=1.4),
-              n("a1", "a", speedup=1.1), n("a2", "a", speedup=1.2)])
+    t = Tree(
+        [
+            n("s", speedup=1.0, action="seed"),
+            n("a", "s", speedup=1.4),
+            n("a1", "a", speedup=1.1),
+            n("a2", "a", speedup=1.2),
+        ]
+    )
     cfg = PolicyConfig(exploration=0.0, sibling_after=2, restart_after=99)
     assert t.stale_children("a") == 2
     d = decide(t, cfg)

@@ -20,11 +20,11 @@ import pytest
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
+from test_ray_executor import ray_process_env  # noqa: E402
 
 import evaluation  # noqa: E402
 from agent.search.executors.ray import RayExecutor  # noqa: E402
 from evaluation.records import Status  # noqa: E402
-from test_ray_executor import ray_process_env  # noqa: E402
 
 pytestmark = pytest.mark.slow
 LOOPBACK = dict(node_ip_address="127.0.0.1")
@@ -37,13 +37,21 @@ def cluster(tmp_path_factory):
     os.environ.update(ray_process_env(), KSCOUT_STAND_IN_DIR=str(marks))
     c = None
     try:
-        c = Cluster(initialize_head=True, head_node_args=dict(
-            num_cpus=1, include_dashboard=False, **LOOPBACK,
-            # notice a dead node within seconds, not the default ~30 s
-            _system_config={"health_check_period_ms": 500, "health_check_failure_threshold": 4}))
-        nodes = {"A": c.add_node(num_cpus=2, resources={"device:cpu": 1}, **LOOPBACK),
-                 "B": c.add_node(num_cpus=2, resources={"device:alt": 1}, **LOOPBACK),
-                 "C": c.add_node(num_cpus=2, resources={"device:cpu": 1}, **LOOPBACK)}
+        c = Cluster(
+            initialize_head=True,
+            head_node_args=dict(
+                num_cpus=1,
+                include_dashboard=False,
+                **LOOPBACK,
+                # notice a dead node within seconds, not the default ~30 s
+                _system_config={"health_check_period_ms": 500, "health_check_failure_threshold": 4},
+            ),
+        )
+        nodes = {
+            "A": c.add_node(num_cpus=2, resources={"device:cpu": 1}, **LOOPBACK),
+            "B": c.add_node(num_cpus=2, resources={"device:alt": 1}, **LOOPBACK),
+            "C": c.add_node(num_cpus=2, resources={"device:cpu": 1}, **LOOPBACK),
+        }
         c.wait_for_nodes()
         ray.init(address=c.address, log_to_driver=False, namespace="kscout-tests")
     except BaseException:

@@ -47,8 +47,15 @@ def local_ray():
     saved = dict(os.environ)
     os.environ.update(ray_process_env())
     try:
-        ray.init(num_cpus=4, num_gpus=1, resources={"device:cpu": 1}, include_dashboard=False, log_to_driver=False,
-                 _node_ip_address="127.0.0.1", namespace="kscout-tests")
+        ray.init(
+            num_cpus=4,
+            num_gpus=1,
+            resources={"device:cpu": 1},
+            include_dashboard=False,
+            log_to_driver=False,
+            _node_ip_address="127.0.0.1",
+            namespace="kscout-tests",
+        )
     finally:
         os.environ.clear()
         os.environ.update(saved)
@@ -159,8 +166,10 @@ def test_cancelling_drops_the_outstanding_tasks(local_ray, problem):
 
 
 def test_a_resource_no_node_offers_is_refused_at_once(local_ray):
-    with pytest.raises(ExecutorError, match="no node of the Ray cluster at this machine offers a whole "
-                                            "'device:MI300X' for a cpu search"):
+    with pytest.raises(
+        ExecutorError,
+        match="no node of the Ray cluster at this machine offers a whole 'device:MI300X' for a cpu search",
+    ):
         RayExecutor("cpu", resource="device:MI300X")
     with pytest.raises(ExecutorError, match="unknown device 'tpu'"):
         RayExecutor("tpu")
@@ -176,6 +185,8 @@ def test_optimize_many_runs_its_searches_at_once_on_one_ray_executor(local_ray, 
         result = run_many(configs, st)
         runs = [st.get_run(o.run_id) for o in result.outcomes]
     assert [o.state for o in result.outcomes] == ["finished", "finished"]
-    assert [(r.problem_name, r.stop_reason) for r in runs] == [("softmax", "evaluation_budget"),
-                                                                ("layernorm", "evaluation_budget")]
+    assert [(r.problem_name, r.stop_reason) for r in runs] == [
+        ("softmax", "evaluation_budget"),
+        ("layernorm", "evaluation_budget"),
+    ]
     assert ray.is_initialized()  # the module's connection was borrowed, not closed

@@ -18,12 +18,12 @@ import pytest
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # see test_ray_executor.py
 ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
+from test_ray_executor import ray_process_env  # noqa: E402
+from test_session_loop import _read_until  # noqa: E402
 
 from agent.search.session import resume  # noqa: E402
 from store import Store  # noqa: E402
 from store.records import RunStatus  # noqa: E402
-from test_ray_executor import ray_process_env  # noqa: E402
-from test_session_loop import _read_until  # noqa: E402
 
 pytestmark = pytest.mark.slow
 KSCOUT = str(Path(sys.executable).parent / "kscout")
@@ -34,8 +34,12 @@ def cluster():
     saved = dict(os.environ)
     os.environ.update(ray_process_env())
     try:
-        c = Cluster(initialize_head=True, head_node_args=dict(
-            num_cpus=2, resources={"device:cpu": 1}, include_dashboard=False, node_ip_address="127.0.0.1"))
+        c = Cluster(
+            initialize_head=True,
+            head_node_args=dict(
+                num_cpus=2, resources={"device:cpu": 1}, include_dashboard=False, node_ip_address="127.0.0.1"
+            ),
+        )
     finally:
         os.environ.clear()
         os.environ.update(saved)
@@ -49,9 +53,31 @@ def test_resume_after_kill9_of_a_ray_driver_evaluates_nothing_finished_again(clu
     home = tmp_path / "home"
     env = {**os.environ, **ray_process_env(), "TRITON_INTERPRET": "1", "KSCOUT_VECTORS": "off"}
     proc = subprocess.Popen(
-        [KSCOUT, "optimize", "softmax", "--device", "cpu", "--budget", "3", "--batch", "2", "--workers", "2",
-         "--trials", "1", "--executor", "ray", "--ray-address", cluster.address, "--store", str(home)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        [
+            KSCOUT,
+            "optimize",
+            "softmax",
+            "--device",
+            "cpu",
+            "--budget",
+            "3",
+            "--batch",
+            "2",
+            "--workers",
+            "2",
+            "--trials",
+            "1",
+            "--executor",
+            "ray",
+            "--ray-address",
+            cluster.address,
+            "--store",
+            str(home),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
     )
     try:
         lines = _read_until(proc, "[evaluated 2/3]", timeout_s=300)
@@ -68,8 +94,12 @@ def test_resume_after_kill9_of_a_ray_driver_evaluates_nothing_finished_again(clu
         done = [cid for *_, cid, _ in st.evaluations(run_id=run_id, kind="search")]
         assert len(cands) == 3 and 2 <= len(done) <= 3
         again = []
-        resume(run_id, st, ray_address=cluster.address,
-               on_event=lambda e: e.kind == "evaluated" and again.append(e.candidate_id))
+        resume(
+            run_id,
+            st,
+            ray_address=cluster.address,
+            on_event=lambda e: e.kind == "evaluated" and again.append(e.candidate_id),
+        )
         run = st.get_run(run_id)
         evals = [cid for *_, cid, _ in st.evaluations(run_id=run_id, kind="search")]
     assert sorted(again) == sorted(set(cands) - set(done))  # only what had not landed

@@ -10,14 +10,6 @@ import shutil
 import subprocess
 
 import pytest
-
-import evaluation
-from agent.cli import main
-from agent.search.report import anchor, render_html, tree
-from agent.search.summary import summarize
-from evaluation.records import Status
-from store import Store
-from store.records import RunStatus
 from test_lifecycle_support import (
     add_candidate,
     cpu_fp,
@@ -28,6 +20,14 @@ from test_lifecycle_support import (
     timing,
     variant,
 )
+
+import evaluation
+from agent.cli import main
+from agent.search.report import anchor, render_html, tree
+from agent.search.summary import summarize
+from evaluation.records import Status
+from store import Store
+from store.records import RunStatus
 
 CHROMIUM = shutil.which("chromium")
 
@@ -74,9 +74,7 @@ def write_run(store, problem, fp, speeds):
             result(problem, d.source, fp, shapes=(), timed=timing(problem, 1.45, 1.4, 1.5)),
             kind="remeasure",
         )
-    store.finish_run(
-        run.run_id, status=RunStatus.finished, stop_reason="budget", best_candidate_id=best.candidate_id
-    )
+    store.finish_run(run.run_id, status=RunStatus.finished, stop_reason="budget", best_candidate_id=best.candidate_id)
     return run, {"seed": seed, "a": a, "b": b, "c": c, "d": d}
 
 
@@ -202,9 +200,7 @@ def _chromium(tmp_path, page) -> tuple[str, list[str]]:
     return proc.stdout, [line for line in proc.stderr.splitlines() if ":CONSOLE" in line]
 
 
-@pytest.mark.skipif(
-    CHROMIUM is None, reason="chromium is not installed (apt-get install chromium; .ci/run does)"
-)
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium; .ci/run does)")
 def test_report_renders_in_headless_chromium_without_console_errors(tmp_path, cpu_run, capsys):
     home, run, n, _report = cpu_run
     page = tmp_path / "report.html"
@@ -215,16 +211,12 @@ def test_report_renders_in_headless_chromium_without_console_errors(tmp_path, cp
     for cand in n.values():
         assert f'id="{anchor(cand.candidate_id)}"' in dom
     parent_links = re.findall(r'class="parent-link" href="#([^"]+)"', dom)
-    assert sorted(parent_links) == sorted(
-        [anchor(n["seed"].candidate_id)] * 2 + [anchor(n["a"].candidate_id)] * 2
-    )
+    assert sorted(parent_links) == sorted([anchor(n["seed"].candidate_id)] * 2 + [anchor(n["a"].candidate_id)] * 2)
     assert 'id="errors-plot"><svg' in dom and 'id="status-plot"><svg' in dom
     assert "error per case against tolerance" in dom and 'id="best-source"' in dom
 
 
-@pytest.mark.skipif(
-    CHROMIUM is None, reason="chromium is not installed (apt-get install chromium; .ci/run does)"
-)
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium; .ci/run does)")
 def test_the_console_check_catches_a_page_that_tries_to_fetch(tmp_path, cpu_run):
     html = render_html(cpu_run[3], None).replace("</body>", '<img src="https://example.com/x.png"></body>')
     page = tmp_path / "bad.html"

@@ -61,7 +61,8 @@ def _found(result) -> dict:
 
 @needs_sandbox
 def test_inside_the_sandbox_there_is_no_parent_no_network_no_home_and_only_scratch_is_writable(
-        unchecked, tiny, tmp_path, monkeypatch):
+    unchecked, tiny, tmp_path, monkeypatch
+):
     home = tmp_path / "kscout-home"
     home.mkdir()
     (home / "kscout.duckdb").write_bytes(b"DUCK" * 8)
@@ -75,7 +76,7 @@ found['pids'] = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())
 found['ppid'] = os.getppid()
 found['uid'] = os.getuid()
 found['parent_environ'] = os.path.exists('/proc/{os.getpid()}/environ')
-found['store_visible'] = os.path.exists({str(home / 'kscout.duckdb')!r})
+found['store_visible'] = os.path.exists({str(home / "kscout.duckdb")!r})
 found['tmp'] = os.listdir('/tmp')
 def writable(path):
     try:
@@ -85,8 +86,8 @@ def writable(path):
     except OSError as exc:
         return type(exc).__name__
 found['write_cwd'] = writable('here.txt')
-found['write_repo'] = writable({str(ROOT / 'evaluation' / 'compare.py')!r})
-found['write_home'] = writable({str(home / 'kscout.duckdb')!r})
+found['write_repo'] = writable({str(ROOT / "evaluation" / "compare.py")!r})
+found['write_home'] = writable({str(home / "kscout.duckdb")!r})
 found['write_work'] = writable('/work/x-from-sandbox')
 try:
     socket.create_connection(('127.0.0.1', {port}), timeout=2)
@@ -112,8 +113,11 @@ found['cpu'] = resource.getrlimit(resource.RLIMIT_CPU)[0]
     assert found["write_home"] == "FileNotFoundError"
     assert found["net"] in ("OSError", "ConnectionRefusedError")  # its own, empty network: our listener is not there
     limits = default_limits("cpu", 120.0)
-    assert (found["nproc"], found["fsize"], found["as"]) == (limits.nproc, limits.file_size_bytes,
-                                                            limits.address_space_bytes)
+    assert (found["nproc"], found["fsize"], found["as"]) == (
+        limits.nproc,
+        limits.file_size_bytes,
+        limits.address_space_bytes,
+    )
     assert 0 < found["cpu"] < 10**6
     assert (home / "kscout.duckdb").read_bytes() == b"DUCK" * 8
 
@@ -242,7 +246,10 @@ def test_an_import_path_under_tmp_is_visible_inside_the_sandbox(tmp_path, monkey
     scratch = isolation.Scratch.make(None, "kscout-test-")
     try:
         cmd = isolation._bwrap_args(scratch, "cpu", None) + [
-            sys.executable, "-c", "import kscout_tmp_probe, os; print(kscout_tmp_probe.VALUE, os.listdir('/tmp'))"]
+            sys.executable,
+            "-c",
+            "import kscout_tmp_probe, os; print(kscout_tmp_probe.VALUE, os.listdir('/tmp'))",
+        ]
         env = dict(os.environ, PYTHONPATH=str(site))
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
     finally:

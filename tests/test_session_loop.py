@@ -16,12 +16,12 @@ import time
 from pathlib import Path
 
 import pytest
+from fake_openai import SEED_SOURCE, FakeOpenAI, cheat, good_kernel, malformed, prose
 
 import evaluation
 from agent.search.session import SessionConfig, resume, start
 from agent.search.summary import summarize
 from evaluation.records import source_sha256
-from fake_openai import SEED_SOURCE, FakeOpenAI, cheat, good_kernel, malformed, prose
 from store import Store
 from store.records import RunStatus
 
@@ -68,9 +68,18 @@ def test_llm_session_records_calls_faults_dedupe_and_write_back(home):
         server.enqueue(prose(), good_kernel(), cheat(), malformed(), good_kernel())
         # the fake server reports 100 prompt + 50 completion tokens per reply: the ceiling is hit after 4 calls
         per_call = sum(litellm().cost_per_token(model="gpt-4o-mini", prompt_tokens=100, completion_tokens=50))
-        config = SessionConfig(problem="layernorm", device="cpu", proposer="llm", model="openai/gpt-4o-mini",
-                               api_base=server.url, budget=10, max_cost_usd=3.5 * per_call, trials=1,
-                               llm_backoff_s=0.01, llm_timeout_s=10)
+        config = SessionConfig(
+            problem="layernorm",
+            device="cpu",
+            proposer="llm",
+            model="openai/gpt-4o-mini",
+            api_base=server.url,
+            budget=10,
+            max_cost_usd=3.5 * per_call,
+            trials=1,
+            llm_backoff_s=0.01,
+            llm_timeout_s=10,
+        )
 
         def on_event(e):
             if e.kind == "started":  # the stop rule is in the store before anything is proposed
@@ -101,7 +110,11 @@ def test_llm_session_records_calls_faults_dedupe_and_write_back(home):
 
     # lineage and policy decisions travel with the candidates
     cheat_id, broken_id = [cid for cid, _ in evals][1:]
-    assert (cands[cheat_id].parent_id, cands[cheat_id].policy_action, cands[cheat_id].generation) == (seed_id, "refine", 1)
+    assert (cands[cheat_id].parent_id, cands[cheat_id].policy_action, cands[cheat_id].generation) == (
+        seed_id,
+        "refine",
+        1,
+    )
     assert (cands[broken_id].parent_id, cands[broken_id].policy_action) == (cheat_id, "repair")
     assert cands[broken_id].prompt_template == "repair" and cands[broken_id].model == "openai/gpt-4o-mini"
     assert "is rejected" in cands[broken_id].policy_reason
@@ -112,7 +125,7 @@ def test_llm_session_records_calls_faults_dedupe_and_write_back(home):
     # failure patterns are refreshed every step: the repair prompt already lists the cheat's
     repair_prompt = server.requests[3]["messages"][1]["content"]
     assert "## Failures seen since this search started" in repair_prompt
-    section = repair_prompt[repair_prompt.index("## Failures seen since"):]
+    section = repair_prompt[repair_prompt.index("## Failures seen since") :]
     rejected = dict(evals)[cheat_id]
     assert f"{rejected.failed_stage.value}/{rejected.error_class} seen 1x" in section, section[:600]
     assert "## Failures seen since" not in server.requests[0]["messages"][1]["content"]
@@ -163,9 +176,25 @@ def _read_until(proc, needle, timeout_s):
 def test_resume_after_kill9_evaluates_every_candidate_exactly_once(home):
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     proc = subprocess.Popen(
-        [KSCOUT, "optimize", "layernorm", "--device", "cpu", "--budget", "3", "--batch", "2", "--trials", "1",
-         "--store", str(home)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        [
+            KSCOUT,
+            "optimize",
+            "layernorm",
+            "--device",
+            "cpu",
+            "--budget",
+            "3",
+            "--batch",
+            "2",
+            "--trials",
+            "1",
+            "--store",
+            str(home),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
     )
     try:
         lines = _read_until(proc, "[evaluated 2/3]", timeout_s=240)
@@ -193,9 +222,14 @@ def test_resume_after_kill9_evaluates_every_candidate_exactly_once(home):
 
 def test_kscout_optimize_json_end_to_end(home, capsys):
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    done = subprocess.run([KSCOUT, "optimize", "layernorm", "--budget", "4", "--json", "--trials", "1",
-                           "--store", str(home)], capture_output=True, text=True, env=env, timeout=600,
-                          cwd=home.parent)
+    done = subprocess.run(
+        [KSCOUT, "optimize", "layernorm", "--budget", "4", "--json", "--trials", "1", "--store", str(home)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        cwd=home.parent,
+    )
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)  # exactly one JSON object on stdout
     assert done.stdout.count("\n") == 1
@@ -211,7 +245,8 @@ def test_kscout_optimize_json_end_to_end(home, capsys):
     shown = json.loads(capsys.readouterr().out)
     kernel_file = home.parent / out.pop("kernel_file")  # the best kernel, written where optimize ran
     assert shown == out and kernel_file.read_text().endswith(
-        st_source(home, out["run_id"], out["best"]["candidate_id"]))
+        st_source(home, out["run_id"], out["best"]["candidate_id"])
+    )
     main(["runs", "--store", str(home), "--json"])
     assert [r["run_id"] for r in json.loads(capsys.readouterr().out)["runs"]] == [out["run_id"]]
 
@@ -226,19 +261,46 @@ def test_backfill_redoes_outcomes_and_failures_lost_between_two_writes(home):
     fp = evaluation.fingerprint("cpu")
     source = "class ModelNew:  # never run: the result below is what the evaluator would have said\n    pass\n"
     cid = source_sha256(source)
-    result = evaluation.EvalResult(status=Status.crashed, failed_stage=Stage.correctness, error_class="SIGSEGV",
-                                   message="the candidate's process died by signal 11", candidate_sha256=cid,
-                                   problem_id=problem.problem_id, problem_name=problem.name, device="cpu",
-                                   fingerprint=fp, started_at=utc_now(), duration_s=0.5)
+    result = evaluation.EvalResult(
+        status=Status.crashed,
+        failed_stage=Stage.correctness,
+        error_class="SIGSEGV",
+        message="the candidate's process died by signal 11",
+        candidate_sha256=cid,
+        problem_id=problem.problem_id,
+        problem_name=problem.name,
+        device="cpu",
+        fingerprint=fp,
+        started_at=utc_now(),
+        duration_s=0.5,
+    )
     with Store.open(home) as st:
         env_id = st.record_environment(fp)
         st.record_problem(problem)
-        st.create_run(RunRecord(run_id="r-backfill", problem_id=problem.problem_id, problem_name=problem.name,
-                                op_family=problem.op_family, device="cpu", arch="cpu", env_id=env_id,
-                                proposer="template", seed=0, stop_rule=SessionConfig(problem="layernorm").stop_rule(),
-                                started_at=utc_now()))
-        cand = CandidateRecord(candidate_id=cid, run_id="r-backfill", generation=0, proposer="template",
-                               policy_action="seed", source=source, created_at=utc_now())
+        st.create_run(
+            RunRecord(
+                run_id="r-backfill",
+                problem_id=problem.problem_id,
+                problem_name=problem.name,
+                op_family=problem.op_family,
+                device="cpu",
+                arch="cpu",
+                env_id=env_id,
+                proposer="template",
+                seed=0,
+                stop_rule=SessionConfig(problem="layernorm").stop_rule(),
+                started_at=utc_now(),
+            )
+        )
+        cand = CandidateRecord(
+            candidate_id=cid,
+            run_id="r-backfill",
+            generation=0,
+            proposer="template",
+            policy_action="seed",
+            source=source,
+            created_at=utc_now(),
+        )
         st.add_candidate(cand)
         eval_id = st.add_evaluation("r-backfill", cid, result, kind="search")  # ... and the process dies here
         args = (st, "r-backfill", {cid: cand}, [(eval_id, cid, result)], problem, fp, {})
@@ -259,8 +321,25 @@ def test_time_case_is_stored_with_the_run_and_resume_times_the_same_case(home, c
 
     case = "M=7,N=97|bfloat16"
     picked = evaluation.load_problem("layernorm", device="cpu", timed=[case])
-    main(["optimize", "layernorm", "--device", "cpu", "--budget", "1", "--trials", "1", "--time-case", case,
-          "--store", str(home), "--json", "--out", str(home.parent / "best.py")])
+    main(
+        [
+            "optimize",
+            "layernorm",
+            "--device",
+            "cpu",
+            "--budget",
+            "1",
+            "--trials",
+            "1",
+            "--time-case",
+            case,
+            "--store",
+            str(home),
+            "--json",
+            "--out",
+            str(home.parent / "best.py"),
+        ]
+    )
     out = json.loads(capsys.readouterr().out)
     assert out["problem_id"] == picked.problem_id != evaluation.load_problem("layernorm", device="cpu").problem_id
 
@@ -271,8 +350,11 @@ def test_time_case_is_stored_with_the_run_and_resume_times_the_same_case(home, c
     with Store.open(home) as st:
         assert SessionConfig.model_validate_json(st.get_run(out["run_id"]).config_json).time_cases == (case,)
         with pytest.raises(_Interrupt):
-            start(SessionConfig(problem="layernorm", device="cpu", budget=2, trials=1, time_cases=(case,)), st,
-                  on_event=stop_after_first)
+            start(
+                SessionConfig(problem="layernorm", device="cpu", budget=2, trials=1, time_cases=(case,)),
+                st,
+                on_event=stop_after_first,
+            )
         run_id = st.list_runs(limit=1)[0].run_id
         crashed = st.get_run(run_id)  # an error inside the session is written before it propagates
         assert (crashed.status, crashed.stop_reason) == (RunStatus.failed, "error: _Interrupt")
@@ -284,17 +366,38 @@ def test_time_case_is_stored_with_the_run_and_resume_times_the_same_case(home, c
 def test_dtype_option_proves_only_that_dtype_and_is_kept_for_resume(home, capsys):
     from agent.cli import main
 
-    main(["optimize", "layernorm", "--device", "cpu", "--budget", "1", "--trials", "1", "--dtype", "bfloat16",
-          "--store", str(home), "--json", "--out", str(home.parent / "best.py")])
+    main(
+        [
+            "optimize",
+            "layernorm",
+            "--device",
+            "cpu",
+            "--budget",
+            "1",
+            "--trials",
+            "1",
+            "--dtype",
+            "bfloat16",
+            "--store",
+            str(home),
+            "--json",
+            "--out",
+            str(home.parent / "best.py"),
+        ]
+    )
     out = json.loads(capsys.readouterr().out)
     assert out["problem_id"] == evaluation.load_problem("layernorm", device="cpu", dtypes=["bfloat16"]).problem_id
     with Store.open(home) as st:
         assert SessionConfig.model_validate_json(st.get_run(out["run_id"]).config_json).dtypes == ("bfloat16",)
-        (_, _, _, result), = st.evaluations(run_id=out["run_id"])
+        ((_, _, _, result),) = st.evaluations(run_id=out["run_id"])
     assert result.status.value == "passed"
-    assert sorted(s.case_id for s in result.shape_results) == ["M=1,N=64|bfloat16", "M=3,N=1|bfloat16",
-                                                               "M=5,N=1000|bfloat16", "M=7,N=97|bfloat16",
-                                                               "M=8,N=256|bfloat16"]
+    assert sorted(s.case_id for s in result.shape_results) == [
+        "M=1,N=64|bfloat16",
+        "M=3,N=1|bfloat16",
+        "M=5,N=1000|bfloat16",
+        "M=7,N=97|bfloat16",
+        "M=8,N=256|bfloat16",
+    ]
 
 
 def test_an_unknown_time_case_stops_optimize_before_any_run(tmp_path, capsys):
@@ -338,8 +441,9 @@ class RecordingExecutor:
 @pytest.mark.parametrize("compile_every", [False, True])
 def test_torch_compile_is_timed_with_the_seed_and_only_on_request_with_later_batches(home, compile_every):
     ex = RecordingExecutor()
-    config = SessionConfig(problem="layernorm", device="cpu", budget=3, batch=2, workers=2, trials=1,
-                           compile_every=compile_every)
+    config = SessionConfig(
+        problem="layernorm", device="cpu", budget=3, batch=2, workers=2, trials=1, compile_every=compile_every
+    )
     with Store.open(home) as st:
         run_id = start(config, st, executor=ex)
         passed = [r.passed for _, r in search_evals(st, run_id)]
@@ -354,7 +458,10 @@ def test_ctrl_c_records_the_run_interrupted_exits_3_and_resume_finishes_it(home)
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     proc = subprocess.Popen(
         [KSCOUT, "optimize", "layernorm", "--device", "cpu", "--budget", "3", "--trials", "1", "--store", str(home)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
     )
     try:
         lines = _read_until(proc, "[evaluated 1/3]", timeout_s=240)

@@ -16,8 +16,15 @@ def test_every_prompt_named_in_the_design_exists():
 
 
 def test_render_returns_text_and_the_hash_of_the_template_and_its_partials():
-    text, sha = prompts.render("explain", source="S", parent_source="P", result_line="passed, 1.2x",
-                               op_family="layernorm", device_name="H200", arch="sm_90")
+    text, sha = prompts.render(
+        "explain",
+        source="S",
+        parent_source="P",
+        result_line="passed, 1.2x",
+        op_family="layernorm",
+        device_name="H200",
+        arch="sm_90",
+    )
     assert "passed, 1.2x" in text and "H200 (arch sm_90)" in text
     raw = importlib.resources.files("prompts").joinpath("explain.j2").read_text()
     assert sha == hashlib.sha256(b"explain\0" + raw.encode() + b"\0").hexdigest()

@@ -4,26 +4,61 @@ import pytest
 
 from agent.search.stopping import MAX_EMPTY_STEPS, Progress, StopReason, measured_speedup, should_stop
 from evaluation.records import (
-    Baseline, EvalResult, Fingerprint, Speedup, Status, TimedCase, TimingStats,
+    Baseline,
+    EvalResult,
+    Fingerprint,
+    Speedup,
+    Status,
+    TimedCase,
+    TimingStats,
 )
 from store.records import StopRule
 
-FP = Fingerprint(device_kind="cuda", device_name="NVIDIA H200", arch="sm_90", triton_version="3.9",
-                 torch_version="2.13", python_version="3.11", kernelscout_version="0.1.0")
+FP = Fingerprint(
+    device_kind="cuda",
+    device_name="NVIDIA H200",
+    arch="sm_90",
+    triton_version="3.9",
+    torch_version="2.13",
+    python_version="3.11",
+    kernelscout_version="0.1.0",
+)
 
 
 def timed_result(*speedups, status=Status.passed):
-    stats = TimingStats(latency_ms_p20=1, latency_ms_p50=1, latency_ms_p80=1, latency_ms_min=1, latency_ms_mean=1,
-                        n_samples=10, n_warmup=2, l2_flushed=True, method="cuda_graph")
+    stats = TimingStats(
+        latency_ms_p20=1,
+        latency_ms_p50=1,
+        latency_ms_p80=1,
+        latency_ms_min=1,
+        latency_ms_mean=1,
+        n_samples=10,
+        n_warmup=2,
+        l2_flushed=True,
+        method="cuda_graph",
+    )
     cases = tuple(
-        TimedCase(case_id=f"c{i}", params={"M": 8}, dtype="float32", candidate=stats,
-                  baselines=(Baseline(name="eager", timing=stats),),
-                  speedups=(Speedup(baseline="eager", ratio=r, ratio_low=lo, ratio_high=hi,
-                                    significant=lo > 1 or hi < 1),))
+        TimedCase(
+            case_id=f"c{i}",
+            params={"M": 8},
+            dtype="float32",
+            candidate=stats,
+            baselines=(Baseline(name="eager", timing=stats),),
+            speedups=(Speedup(baseline="eager", ratio=r, ratio_low=lo, ratio_high=hi, significant=lo > 1 or hi < 1),),
+        )
         for i, (r, lo, hi) in enumerate(speedups)
     )
-    return EvalResult(status=status, candidate_sha256="x", problem_id="p", problem_name="layernorm", device="cuda",
-                      timing=cases, fingerprint=FP, started_at="2026-01-01T00:00:00+00:00", duration_s=1.0)
+    return EvalResult(
+        status=status,
+        candidate_sha256="x",
+        problem_id="p",
+        problem_name="layernorm",
+        device="cuda",
+        timing=cases,
+        fingerprint=FP,
+        started_at="2026-01-01T00:00:00+00:00",
+        duration_s=1.0,
+    )
 
 
 def test_measured_speedup_is_the_geometric_mean_of_cases_and_their_intervals():
@@ -46,17 +81,20 @@ def progress(**kw):
     return Progress(**{"evaluations": 1, "elapsed_minutes": 0.1, **kw})
 
 
-@pytest.mark.parametrize("kw, reason", [
-    ({}, None),
-    ({"best_significant_speedup": 1.6}, StopReason.target_reached),
-    ({"best_significant_speedup": 1.4}, None),
-    ({"evaluations": 10}, StopReason.evaluation_budget),
-    ({"elapsed_minutes": 5.0}, StopReason.time_budget),
-    ({"evaluations_since_improvement": 4}, StopReason.stalled),
-    ({"cost_usd": 1.0}, StopReason.cost_ceiling),
-    ({"proposer_exhausted": True}, StopReason.proposer_exhausted),
-    ({"empty_steps_in_a_row": MAX_EMPTY_STEPS}, StopReason.proposer_failing),
-])
+@pytest.mark.parametrize(
+    "kw, reason",
+    [
+        ({}, None),
+        ({"best_significant_speedup": 1.6}, StopReason.target_reached),
+        ({"best_significant_speedup": 1.4}, None),
+        ({"evaluations": 10}, StopReason.evaluation_budget),
+        ({"elapsed_minutes": 5.0}, StopReason.time_budget),
+        ({"evaluations_since_improvement": 4}, StopReason.stalled),
+        ({"cost_usd": 1.0}, StopReason.cost_ceiling),
+        ({"proposer_exhausted": True}, StopReason.proposer_exhausted),
+        ({"empty_steps_in_a_row": MAX_EMPTY_STEPS}, StopReason.proposer_failing),
+    ],
+)
 def test_each_rule_fires_on_its_own(kw, reason):
     assert should_stop(RULE, progress(**kw)) == reason
 
@@ -72,6 +110,7 @@ def test_cost_ceiling_comes_before_the_evaluation_budget():
 
 def test_unset_limits_never_fire():
     rule = StopRule(max_evaluations=3)
-    p = progress(elapsed_minutes=1e6, evaluations_since_improvement=10_000, cost_usd=1e6,
-                 best_significant_speedup=100.0)
+    p = progress(
+        elapsed_minutes=1e6, evaluations_since_improvement=10_000, cost_usd=1e6, best_significant_speedup=100.0
+    )
     assert should_stop(rule, p) is None

@@ -13,35 +13,80 @@ from agent.search.session import pick_best
 from agent.search.stopping import measured_speedup
 from agent.search.writeback import outcomes_for, remeasure_as_eval, shape_bucket
 from evaluation.records import (
-    Baseline, EvalResult, Fingerprint, ProblemInfo, RemeasuredCandidate, RemeasuredCase, RemeasureResult,
-    ShapeCase, Speedup, Status, TimedCase, TimingStats, Tolerance,
+    Baseline,
+    EvalResult,
+    Fingerprint,
+    ProblemInfo,
+    RemeasuredCandidate,
+    RemeasuredCase,
+    RemeasureResult,
+    ShapeCase,
+    Speedup,
+    Status,
+    TimedCase,
+    TimingStats,
+    Tolerance,
 )
 from store.records import CandidateRecord
 
-FP = Fingerprint(device_kind="cuda", device_name="NVIDIA H200", arch="sm_90", triton_version="3.6",
-                 torch_version="2.11", python_version="3.12", kernelscout_version="0.1.0")
-PROBLEM = ProblemInfo(problem_id="p1", name="layernorm", op_family="layernorm", source_path="/x/layernorm.py",
-                      source_sha256="s", builtin=True,
-                      shape_cases=(ShapeCase(case_id="M=4096,N=4096|bfloat16", params={"M": 4096, "N": 4096},
-                                             dtype="bfloat16"),),
-                      dtypes=("bfloat16",), tolerances={"bfloat16": Tolerance(atol=1.6e-2, rtol=1.6e-2)})
+FP = Fingerprint(
+    device_kind="cuda",
+    device_name="NVIDIA H200",
+    arch="sm_90",
+    triton_version="3.6",
+    torch_version="2.11",
+    python_version="3.12",
+    kernelscout_version="0.1.0",
+)
+PROBLEM = ProblemInfo(
+    problem_id="p1",
+    name="layernorm",
+    op_family="layernorm",
+    source_path="/x/layernorm.py",
+    source_sha256="s",
+    builtin=True,
+    shape_cases=(ShapeCase(case_id="M=4096,N=4096|bfloat16", params={"M": 4096, "N": 4096}, dtype="bfloat16"),),
+    dtypes=("bfloat16",),
+    tolerances={"bfloat16": Tolerance(atol=1.6e-2, rtol=1.6e-2)},
+)
 
 
 def stats(p50):
-    return TimingStats(latency_ms_p20=p50 * 0.95, latency_ms_p50=p50, latency_ms_p80=p50 * 1.05, latency_ms_min=p50 * 0.9,
-                       latency_ms_mean=p50, n_samples=100, n_warmup=10, l2_flushed=True, method="cuda_graph")
+    return TimingStats(
+        latency_ms_p20=p50 * 0.95,
+        latency_ms_p50=p50,
+        latency_ms_p80=p50 * 1.05,
+        latency_ms_min=p50 * 0.9,
+        latency_ms_mean=p50,
+        n_samples=100,
+        n_warmup=10,
+        l2_flushed=True,
+        method="cuda_graph",
+    )
 
 
 def timed(cid, *cases, status=Status.passed):
     """cases: (params, ratio, low, high)"""
     return EvalResult(
-        status=status, candidate_sha256=cid, problem_id="p1", problem_name="layernorm", device="cuda", fingerprint=FP,
-        started_at="2026-01-01T00:00:00+00:00", duration_s=1.0,
-        timing=tuple(TimedCase(case_id=f"c{i}", params=params, dtype="bfloat16", candidate=stats(1.0 / r),
-                               baselines=(Baseline(name="eager", timing=stats(1.0)),),
-                               speedups=(Speedup(baseline="eager", ratio=r, ratio_low=lo, ratio_high=hi,
-                                                 significant=lo > 1),))
-                     for i, (params, r, lo, hi) in enumerate(cases)),
+        status=status,
+        candidate_sha256=cid,
+        problem_id="p1",
+        problem_name="layernorm",
+        device="cuda",
+        fingerprint=FP,
+        started_at="2026-01-01T00:00:00+00:00",
+        duration_s=1.0,
+        timing=tuple(
+            TimedCase(
+                case_id=f"c{i}",
+                params=params,
+                dtype="bfloat16",
+                candidate=stats(1.0 / r),
+                baselines=(Baseline(name="eager", timing=stats(1.0)),),
+                speedups=(Speedup(baseline="eager", ratio=r, ratio_low=lo, ratio_high=hi, significant=lo > 1),),
+            )
+            for i, (params, r, lo, hi) in enumerate(cases)
+        ),
     )
 
 
@@ -62,12 +107,29 @@ def test_a_win_inside_the_noise_leaves_the_seed_as_best():
 
 
 def test_a_remeasure_becomes_an_evaluation_record_with_its_round_spread():
-    case = RemeasuredCase(case_id="M=4096,N=4096|bfloat16", params={"M": 4096, "N": 4096}, dtype="bfloat16",
-                          candidate_p50s_ms=(0.50, 0.40, 0.45), baseline_p50s_ms=(0.60, 0.60, 0.63),
-                          speedup=1.4, speedup_min=1.2, speedup_max=1.5, significant=True, method="cuda_graph")
+    case = RemeasuredCase(
+        case_id="M=4096,N=4096|bfloat16",
+        params={"M": 4096, "N": 4096},
+        dtype="bfloat16",
+        candidate_p50s_ms=(0.50, 0.40, 0.45),
+        baseline_p50s_ms=(0.60, 0.60, 0.63),
+        speedup=1.4,
+        speedup_min=1.2,
+        speedup_max=1.5,
+        significant=True,
+        method="cuda_graph",
+    )
     rc = RemeasuredCandidate(name="b", candidate_sha256="b" * 64, cases=(case,))
-    rm = RemeasureResult(problem_id="p1", problem_name="layernorm", device="cuda", rounds=3, candidates=(rc,),
-                         fingerprint=FP, started_at="2026-01-01T00:00:00+00:00", duration_s=2.0)
+    rm = RemeasureResult(
+        problem_id="p1",
+        problem_name="layernorm",
+        device="cuda",
+        rounds=3,
+        candidates=(rc,),
+        fingerprint=FP,
+        started_at="2026-01-01T00:00:00+00:00",
+        duration_s=2.0,
+    )
     result = remeasure_as_eval(rc, rm, timed("b", ({"M": 4096, "N": 4096}, 1.3, 1.1, 1.5)))
     t = result.timing[0]
     assert result.status is Status.passed and result.candidate_sha256 == "b" * 64
@@ -80,14 +142,33 @@ def test_a_remeasure_becomes_an_evaluation_record_with_its_round_spread():
 
 
 def test_a_remeasure_with_compile_rounds_carries_both_ratios_and_the_bandwidth():
-    case = RemeasuredCase(case_id="c0", params={"M": 8}, dtype="bfloat16",
-                          candidate_p50s_ms=(0.50, 0.40, 0.45), baseline_p50s_ms=(0.60, 0.60, 0.63),
-                          speedup=1.4, speedup_min=1.2, speedup_max=1.5, significant=True, method="cuda_graph",
-                          compile_p50s_ms=(0.45, 0.44, 0.46), speedup_vs_compile=1.0,
-                          speedup_vs_compile_min=0.9, speedup_vs_compile_max=1.1)
+    case = RemeasuredCase(
+        case_id="c0",
+        params={"M": 8},
+        dtype="bfloat16",
+        candidate_p50s_ms=(0.50, 0.40, 0.45),
+        baseline_p50s_ms=(0.60, 0.60, 0.63),
+        speedup=1.4,
+        speedup_min=1.2,
+        speedup_max=1.5,
+        significant=True,
+        method="cuda_graph",
+        compile_p50s_ms=(0.45, 0.44, 0.46),
+        speedup_vs_compile=1.0,
+        speedup_vs_compile_min=0.9,
+        speedup_vs_compile_max=1.1,
+    )
     rc = RemeasuredCandidate(name="b", candidate_sha256="b" * 64, cases=(case,))
-    rm = RemeasureResult(problem_id="p1", problem_name="layernorm", device="cuda", rounds=3, candidates=(rc,),
-                         fingerprint=FP, started_at="2026-01-01T00:00:00+00:00", duration_s=2.0)
+    rm = RemeasureResult(
+        problem_id="p1",
+        problem_name="layernorm",
+        device="cuda",
+        rounds=3,
+        candidates=(rc,),
+        fingerprint=FP,
+        started_at="2026-01-01T00:00:00+00:00",
+        duration_s=2.0,
+    )
     searched = timed("b", ({"M": 8}, 1.3, 1.1, 1.5)).model_copy(update={"ceiling_gbps": 4000.0})
     searched = searched.model_copy(update={"timing": (searched.timing[0].model_copy(update={"bytes_moved": 900_000}),)})
     result = remeasure_as_eval(rc, rm, searched)
@@ -102,8 +183,16 @@ def test_a_remeasure_with_compile_rounds_carries_both_ratios_and_the_bandwidth()
 
 
 def test_outcomes_are_written_per_shape_bucket_with_their_interval():
-    cand = CandidateRecord(candidate_id="b" * 64, run_id="r", parent_id="a" * 64, generation=1, proposer="template",
-                           transformation_tags=("rows_per_program=4",), source="x", created_at="t")
+    cand = CandidateRecord(
+        candidate_id="b" * 64,
+        run_id="r",
+        parent_id="a" * 64,
+        generation=1,
+        proposer="template",
+        transformation_tags=("rows_per_program=4",),
+        source="x",
+        created_at="t",
+    )
     result = timed("b", ({"M": 4096, "N": 4099}, 1.3, 1.1, 1.5), ({"M": 1, "N": 64}, 0.9, 0.8, 1.0))
     out = outcomes_for(cand, result, "e2", PROBLEM, FP, parent_eval_id="e1")
     assert [o.shape_bucket for o in out] == ["M=4096..8191,N=4096..8191", "M=1,N=64..127"]
@@ -202,10 +291,19 @@ class Crowded(Recorder):
         if crowded and source.startswith("raise"):
             raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
         if crowded and source.startswith("oom"):
-            return EvalResult(status=Status.crashed, failed_stage="correctness", error_class="OutOfMemoryError",
-                              message="CUDA out of memory", candidate_sha256=source, problem_id="p1",
-                              problem_name="layernorm", device="cuda", fingerprint=FP,
-                              started_at="2026-01-01T00:00:00+00:00", duration_s=1.0)
+            return EvalResult(
+                status=Status.crashed,
+                failed_stage="correctness",
+                error_class="OutOfMemoryError",
+                message="CUDA out of memory",
+                candidate_sha256=source,
+                problem_id="p1",
+                problem_name="layernorm",
+                device="cuda",
+                fingerprint=FP,
+                started_at="2026-01-01T00:00:00+00:00",
+                duration_s=1.0,
+            )
         return timed(source, status=Status.passed)
 
 
@@ -222,7 +320,7 @@ def test_a_check_starved_of_device_memory_by_its_siblings_is_checked_again_alone
 def test_running_out_of_memory_with_the_gpu_to_itself_is_the_candidates_own_failure():
     rec = Crowded(always=True)
     with LocalExecutor("cuda", 1, evaluator=rec) as ex:  # one worker: nothing shared
-        (i, result), = ex.evaluate_batch(["oom1"], PROBLEM)
+        ((i, result),) = ex.evaluate_batch(["oom1"], PROBLEM)
     assert (i, result.status, result.error_class) == (0, Status.crashed, "OutOfMemoryError")
     assert rec.checks == ["oom1"] and rec.timing_calls == []
     rec = Crowded(always=True)
@@ -236,13 +334,15 @@ def test_batches_of_several_searches_sharing_one_executor_never_time_during_a_ch
     """optimize-many: four searches submit batches to one executor at once; timings stay exclusive."""
     rec = Recorder()
     with LocalExecutor("cuda", 3, evaluator=rec) as ex:
+
         def search(tag):
             return dict(ex.evaluate_batch([f"{tag}{i}" for i in range(3)], PROBLEM))
 
         with ThreadPoolExecutor(4) as searches:
             landed = list(searches.map(search, "abcd"))
     assert [sorted(r.candidate_sha256 for r in batch.values()) for batch in landed] == [
-        [f"{t}{i}" for i in range(3)] for t in "abcd"]
+        [f"{t}{i}" for i in range(3)] for t in "abcd"
+    ]
     assert rec.peak["time"] == 1 and rec.peak["check"] >= 2 and rec.overlap == 0
     assert sorted(srcs for srcs, _ in rec.timing_calls) == [[f"{t}{i}" for i in range(3)] for t in "abcd"]
     assert {b for _, b in rec.timing_calls} == {("eager", "torch_compile")}

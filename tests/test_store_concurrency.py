@@ -10,10 +10,10 @@ import time
 
 import duckdb
 import pytest
+from test_store_factories import TESTS_DIR, outcome, run, writer_summary
 
 from store import Store, StoreError
 from store.home import DB_FILENAME, LOCK_FILENAME
-from test_store_factories import TESTS_DIR, outcome, run, writer_summary
 
 WRITER = str(TESTS_DIR / "test_store_factories.py")
 
@@ -21,8 +21,13 @@ WRITER = str(TESTS_DIR / "test_store_factories.py")
 def _writers(home, specs: list[tuple[str, int, int]]) -> list[subprocess.Popen]:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     return [
-        subprocess.Popen([sys.executable, WRITER, str(home), tag, str(n), str(k)], env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, WRITER, str(home), tag, str(n), str(k)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for tag, n, k in specs
     ]
 
@@ -44,10 +49,10 @@ def test_three_processes_writing_candidates_and_evaluations_at_once_lose_no_row(
 
     con = duckdb.connect(str(home / DB_FILENAME), read_only=True)  # the file opens cleanly
     try:
-        per_run = dict(con.execute(
-            "SELECT run_id, count(*) FROM candidates GROUP BY run_id ORDER BY run_id").fetchall())
-        evals = dict(con.execute(
-            "SELECT run_id, count(*) FROM evaluations GROUP BY run_id ORDER BY run_id").fetchall())
+        per_run = dict(
+            con.execute("SELECT run_id, count(*) FROM candidates GROUP BY run_id ORDER BY run_id").fetchall()
+        )
+        evals = dict(con.execute("SELECT run_id, count(*) FROM evaluations GROUP BY run_id ORDER BY run_id").fetchall())
         timings = con.execute("SELECT count(*) FROM evaluation_timings").fetchone()[0]
         seqs = [r[0] for r in con.execute("SELECT seq FROM candidates").fetchall()]
     finally:
@@ -105,10 +110,15 @@ def test_a_program_outside_kernelscout_holding_the_file_is_waited_for(tmp_path):
     home = tmp_path / "home"
     Store.open(home).close()
     hold = subprocess.Popen(
-        [sys.executable, "-c",
-         "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); print('open', flush=True); "
-         "time.sleep(1.0); c.close()", str(home / DB_FILENAME)],
-        stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-c",
+            "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); print('open', flush=True); "
+            "time.sleep(1.0); c.close()",
+            str(home / DB_FILENAME),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     assert hold.stdout.readline().strip() == "open"
     with Store.open(home, lock_timeout_s=20) as store:

@@ -6,19 +6,18 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from test_store_factories import candidate, run
 
 from store import Store, StoreError
 from store.home import DB_FILENAME, default_home
 from store.migrations import MIGRATIONS, MigrationRegistry, migrate
-from test_store_factories import candidate, run
 
 
 def _columns(con, table: str) -> list[str]:
     return [
         r[0]
         for r in con.execute(
-            "SELECT column_name FROM information_schema.columns WHERE table_name = ? "
-            "ORDER BY ordinal_position",
+            "SELECT column_name FROM information_schema.columns WHERE table_name = ? ORDER BY ordinal_position",
             [table],
         ).fetchall()
     ]
@@ -30,40 +29,116 @@ def test_blank_store_gets_the_exact_columns_of_its_key_tables(tmp_path):
     try:
         assert _columns(con, "_migrations") == ["name", "applied_at"]
         assert _columns(con, "candidates") == [
-            "seq", "run_id", "candidate_id", "parent_id", "generation", "proposer", "model",
-            "prompt_template", "prompt_sha256", "rationale", "transformation_tags", "knobs_json",
-            "policy_action", "policy_reason", "created_at",
+            "seq",
+            "run_id",
+            "candidate_id",
+            "parent_id",
+            "generation",
+            "proposer",
+            "model",
+            "prompt_template",
+            "prompt_sha256",
+            "rationale",
+            "transformation_tags",
+            "knobs_json",
+            "policy_action",
+            "policy_reason",
+            "created_at",
         ]
         assert _columns(con, "candidate_sources") == ["candidate_id", "source", "first_seen"]
         assert _columns(con, "evaluations") == [
-            "seq", "eval_id", "run_id", "candidate_id", "kind", "env_id", "problem_id", "device",
-            "status", "failed_stage", "error_class", "message", "stderr_tail", "n_shapes",
-            "n_shapes_failed", "max_abs_error", "max_rel_error", "n_timed_cases",
-            "speedup_vs_eager", "speedup_vs_eager_low", "speedup_vs_eager_high",
-            "speedup_vs_compile", "speedup_vs_compile_low", "speedup_vs_compile_high",
-            "timing_note", "ceiling_gbps", "triton_launches", "kernels_json", "started_at",
-            "duration_s", "recorded_at", "result_json",
+            "seq",
+            "eval_id",
+            "run_id",
+            "candidate_id",
+            "kind",
+            "env_id",
+            "problem_id",
+            "device",
+            "status",
+            "failed_stage",
+            "error_class",
+            "message",
+            "stderr_tail",
+            "n_shapes",
+            "n_shapes_failed",
+            "max_abs_error",
+            "max_rel_error",
+            "n_timed_cases",
+            "speedup_vs_eager",
+            "speedup_vs_eager_low",
+            "speedup_vs_eager_high",
+            "speedup_vs_compile",
+            "speedup_vs_compile_low",
+            "speedup_vs_compile_high",
+            "timing_note",
+            "ceiling_gbps",
+            "triton_launches",
+            "kernels_json",
+            "started_at",
+            "duration_s",
+            "recorded_at",
+            "result_json",
         ]
         assert _columns(con, "evaluation_timings")[:13] == [
-            "eval_id", "ordinal", "case_id", "dtype", "latency_ms_p20", "latency_ms_p50",
-            "latency_ms_p80", "latency_ms_min", "latency_ms_mean", "n_samples", "n_warmup",
-            "l2_flushed", "method",
+            "eval_id",
+            "ordinal",
+            "case_id",
+            "dtype",
+            "latency_ms_p20",
+            "latency_ms_p50",
+            "latency_ms_p80",
+            "latency_ms_min",
+            "latency_ms_mean",
+            "n_samples",
+            "n_warmup",
+            "l2_flushed",
+            "method",
         ]
         assert _columns(con, "outcomes") == [
-            "seq", "outcome_id", "op_family", "problem_id", "device_name", "arch", "shape_bucket",
-            "dtype", "transformation", "candidate_id", "parent_id", "baseline", "speedup",
-            "speedup_low", "speedup_high", "latency_ms_p50", "status", "triton_version",
-            "torch_version", "driver_version", "evidence_eval_ids", "summary", "created_at", "schedule_kind",
+            "seq",
+            "outcome_id",
+            "op_family",
+            "problem_id",
+            "device_name",
+            "arch",
+            "shape_bucket",
+            "dtype",
+            "transformation",
+            "candidate_id",
+            "parent_id",
+            "baseline",
+            "speedup",
+            "speedup_low",
+            "speedup_high",
+            "latency_ms_p50",
+            "status",
+            "triton_version",
+            "torch_version",
+            "driver_version",
+            "evidence_eval_ids",
+            "summary",
+            "created_at",
+            "schedule_kind",
         ]
         assert _columns(con, "promotions") == [
-            "seq", "event_id", "op_family", "problem_id", "arch", "candidate_id", "state", "actor",
-            "note", "evidence_json", "previous_candidate_id", "created_at",
+            "seq",
+            "event_id",
+            "op_family",
+            "problem_id",
+            "arch",
+            "candidate_id",
+            "state",
+            "actor",
+            "note",
+            "evidence_json",
+            "previous_candidate_id",
+            "created_at",
         ]
         assert _columns(con, "embeddings") == ["model", "text_sha256", "dim", "vector", "created_at"]
         types = dict(
             con.execute(
-                "SELECT column_name, data_type FROM information_schema.columns "
-                "WHERE table_name = 'evaluation_timings'"
+                "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'evaluation_timings'"
             ).fetchall()
         )
         assert types["latency_ms_p50"] == "DOUBLE"  # full precision, never a rounded decimal

@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 
 import pytest
+from test_store_factories import candidate, failed_result, fingerprint, passed_result, problem, run
 
 from evaluation.records import EvalResult
 from store import Store, StoreError
 from store.records import LLMCall, PromotionEvent, PromotionState, RunStatus, utc_now
-from test_store_factories import candidate, failed_result, fingerprint, passed_result, problem, run
 
 
 @pytest.fixture
@@ -31,11 +31,15 @@ def test_run_round_trips_and_finishing_records_status_reason_and_best(store):
     assert store.get_run(r.run_id) == r
     c = candidate(r.run_id)
     store.add_candidate(c)
-    store.finish_run(r.run_id, status=RunStatus.finished, stop_reason="stall limit 40",
-                     best_candidate_id=c.candidate_id)
+    store.finish_run(
+        r.run_id, status=RunStatus.finished, stop_reason="stall limit 40", best_candidate_id=c.candidate_id
+    )
     done = store.get_run(r.run_id)
     assert (done.status, done.stop_reason, done.best_candidate_id) == (
-        RunStatus.finished, "stall limit 40", c.candidate_id)
+        RunStatus.finished,
+        "stall limit 40",
+        c.candidate_id,
+    )
     assert done.finished_at is not None and done.finished_at >= r.started_at
     assert done.stop_rule == r.stop_rule
 
@@ -75,8 +79,7 @@ def test_run_ids_resolve_from_a_unique_prefix_and_refuse_ambiguous_or_unknown_on
 
 
 def test_list_runs_is_newest_first_and_limited(store):
-    runs = [run(f"run{i}").model_copy(update={"started_at": f"2026-01-0{i}T00:00:00+00:00"})
-            for i in range(1, 5)]
+    runs = [run(f"run{i}").model_copy(update={"started_at": f"2026-01-0{i}T00:00:00+00:00"}) for i in range(1, 5)]
     for r in runs:
         store.create_run(r)
     assert [r.run_id for r in store.list_runs(limit=3)] == ["run4", "run3", "run2"]
@@ -172,8 +175,7 @@ def test_evaluation_keeps_every_float_exactly_and_its_summary_columns_match(stor
     assert row["speedup_vs_eager"] == pytest.approx(result.speedup("eager"), rel=1e-12)
     assert row["speedup_vs_compile"] == pytest.approx(result.speedup("torch_compile"), rel=1e-12)
     assert row["speedup_vs_eager_low"] < row["speedup_vs_eager"] < row["speedup_vs_eager_high"]
-    timings = store.db.query(
-        "SELECT * FROM evaluation_timings WHERE eval_id = ? ORDER BY ordinal", [eval_id])
+    timings = store.db.query("SELECT * FROM evaluation_timings WHERE eval_id = ? ORDER BY ordinal", [eval_id])
     assert [t["case_id"] for t in timings] == [t.case_id for t in result.timing]
     assert timings[0]["latency_ms_p50"] == 0.012345678901234567  # not rounded on the way
     assert timings[0]["eager_latency_ms_p50"] == 0.031
@@ -198,7 +200,10 @@ def test_evaluation_of_a_candidate_that_produced_nan_keeps_the_nan(store):
     assert row["speedup_vs_eager"] is None  # not measured is absent, never a sentinel
     shape = store.db.query("SELECT * FROM evaluation_shapes WHERE eval_id = ?", [eval_id])[0]
     assert (shape["passed"], shape["mismatch_count"], shape["message"]) == (
-        False, 12, "NaN where the reference has none")
+        False,
+        12,
+        "NaN where the reference has none",
+    )
 
 
 def test_evaluations_filter_by_candidate_and_kind_oldest_first(store):
@@ -242,24 +247,38 @@ def test_recording_the_same_environment_or_problem_twice_keeps_one_row(store):
     assert store.record_problem(info) == info.problem_id
     assert store.get_problem(info.problem_id) == info
     counts = store.db.query(
-        "SELECT (SELECT count(*) FROM environments) AS envs, (SELECT count(*) FROM problems) AS problems")
+        "SELECT (SELECT count(*) FROM environments) AS envs, (SELECT count(*) FROM problems) AS problems"
+    )
     assert counts == [{"envs": 1, "problems": 1}]
     with pytest.raises(StoreError, match="unknown problem"):
         store.get_problem("0" * 16)
 
 
 def _call(call_id: str, run_id: str | None, **kw) -> LLMCall:
-    base = dict(call_id=call_id, run_id=run_id, model="openai/gpt-x", template_name="propose.j2",
-                template_sha256="b" * 64, rendered_prompt="write a kernel", response_text="```python```",
-                prompt_tokens=1200, completion_tokens=300, cost_usd=0.0123456789, duration_ms=812.25,
-                created_at=utc_now())
+    base = dict(
+        call_id=call_id,
+        run_id=run_id,
+        model="openai/gpt-x",
+        template_name="propose.j2",
+        template_sha256="b" * 64,
+        rendered_prompt="write a kernel",
+        response_text="```python```",
+        prompt_tokens=1200,
+        completion_tokens=300,
+        cost_usd=0.0123456789,
+        duration_ms=812.25,
+        created_at=utc_now(),
+    )
     base.update(kw)
     return LLMCall(**base)
 
 
 def test_llm_calls_round_trip_per_run_and_a_repeated_id_is_refused(store):
-    calls = [_call("c1", "run-1"), _call("c2", "run-1", error="RateLimitError: slow down", attempt=2,
-                                          response_text=None, cost_usd=None), _call("c3", "run-2")]
+    calls = [
+        _call("c1", "run-1"),
+        _call("c2", "run-1", error="RateLimitError: slow down", attempt=2, response_text=None, cost_usd=None),
+        _call("c3", "run-2"),
+    ]
     for c in calls:
         store.record_llm_call(c)
     assert store.llm_calls("run-1") == calls[:2]
@@ -269,15 +288,27 @@ def test_llm_calls_round_trip_per_run_and_a_repeated_id_is_refused(store):
 
 
 def _event(event_id: str, state: PromotionState, candidate_id: str | None, arch: str = "sm_90") -> PromotionEvent:
-    return PromotionEvent(event_id=event_id, op_family="layernorm", problem_id="p" * 16, arch=arch,
-                          candidate_id=candidate_id, state=state, actor="alice", created_at=utc_now(),
-                          evidence_json='{"speedup": 1.41}')
+    return PromotionEvent(
+        event_id=event_id,
+        op_family="layernorm",
+        problem_id="p" * 16,
+        arch=arch,
+        candidate_id=candidate_id,
+        state=state,
+        actor="alice",
+        created_at=utc_now(),
+        evidence_json='{"speedup": 1.41}',
+    )
 
 
 def test_promotion_history_is_append_only_and_oldest_first(store):
-    events = [_event("e1", PromotionState.proposed, "a" * 64), _event("e2", PromotionState.approved, "a" * 64),
-              _event("e3", PromotionState.deployed, "a" * 64), _event("e4", PromotionState.rolled_back, None),
-              _event("e5", PromotionState.deployed, "b" * 64, arch="gfx942")]
+    events = [
+        _event("e1", PromotionState.proposed, "a" * 64),
+        _event("e2", PromotionState.approved, "a" * 64),
+        _event("e3", PromotionState.deployed, "a" * 64),
+        _event("e4", PromotionState.rolled_back, None),
+        _event("e5", PromotionState.deployed, "b" * 64, arch="gfx942"),
+    ]
     for e in events:
         store.add_promotion_event(e)
     assert store.promotion_history(op_family="layernorm", arch="sm_90") == events[:4]

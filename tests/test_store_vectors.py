@@ -15,10 +15,10 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from test_store_factories import document, outcome
 
 from store import Store, StoreError, VectorIndexError
 from store.failures import message_shape
-from test_store_factories import document, outcome
 
 H200_TEXTS = [
     "The H200 has 141 GB of HBM3e memory with 4.8 TB/s of bandwidth.",
@@ -117,8 +117,14 @@ def test_deleting_the_chroma_folder_then_reindexing_restores_search_results(tmp_
         store.upsert_document(doc, chunks)
         store.add_outcome(outcome(1, summary="layernorm: a persistent grid gave 1.4x on H200"))
         store.add_outcome(outcome(2, summary="layernorm: num_warps=16 was slower on H200"))
-        store.record_failure("layernorm", "sm_90", "compile", "OutOfResources",
-                             "out of resource: shared memory, Required: 262144", "c" * 64)
+        store.record_failure(
+            "layernorm",
+            "sm_90",
+            "compile",
+            "OutOfResources",
+            "out of resource: shared memory, Required: 262144",
+            "c" * 64,
+        )
         before = {name: store.vector_search(name, q, k=5) for name, q in queries.items()}
     assert all(before.values())
 
@@ -164,18 +170,32 @@ def test_adding_an_outcome_again_is_a_no_op_but_another_under_its_id_is_refused(
 
 def test_message_shape_replaces_numbers_hex_quoted_names_and_directories():
     assert message_shape("index 4096 out of bounds in /tmp/tmpa81x/cand.py line 12") == (
-        "index N out of bounds in cand.py line N")
+        "index N out of bounds in cand.py line N"
+    )
     assert message_shape("name 'rows_per_prog' is not defined") == "name Q is not defined"
     assert message_shape("illegal memory access at 0x7f3a2b00 (ptr deadbeef1234)") == (
-        "illegal memory access at X (ptr X)")
+        "illegal memory access at X (ptr X)"
+    )
     assert message_shape("atol 1.5e-03   exceeded\n by 2.25") == "atol N exceeded by N"
 
 
 def test_record_failure_counts_one_pattern_for_messages_that_differ_only_in_details(store):
-    first = store.record_failure("layernorm", "sm_90", "compile", "CompilationError",
-                                 "at 12:4: 'BLOCK_M' must be a power of 2, got 96 (/tmp/a1/cand.py)", "c1" * 32)
-    second = store.record_failure("layernorm", "sm_90", "compile", "CompilationError",
-                                  "at 40:8: 'BLOCK_N' must be a power of 2, got 1000 (/tmp/zz/cand.py)", "c2" * 32)
+    first = store.record_failure(
+        "layernorm",
+        "sm_90",
+        "compile",
+        "CompilationError",
+        "at 12:4: 'BLOCK_M' must be a power of 2, got 96 (/tmp/a1/cand.py)",
+        "c1" * 32,
+    )
+    second = store.record_failure(
+        "layernorm",
+        "sm_90",
+        "compile",
+        "CompilationError",
+        "at 40:8: 'BLOCK_N' must be a power of 2, got 1000 (/tmp/zz/cand.py)",
+        "c2" * 32,
+    )
     assert second.signature == first.signature
     assert second.count == 2
     assert second.example_candidate_id == "c1" * 32
@@ -183,15 +203,23 @@ def test_record_failure_counts_one_pattern_for_messages_that_differ_only_in_deta
     assert second.message_shape == "at N:N: Q must be a power of N, got N (cand.py)"
     assert second.first_seen == first.first_seen and second.last_seen >= first.last_seen
 
-    other_arch = store.record_failure("layernorm", "gfx942", "compile", "CompilationError",
-                                      "at 1:1: 'B' must be a power of 2, got 3 (/x/cand.py)", "c3" * 32)
-    other_class = store.record_failure("layernorm", "sm_90", "correctness", "Mismatch",
-                                       "max abs error 0.5 at (3, 4)", "c4" * 32)
+    other_arch = store.record_failure(
+        "layernorm",
+        "gfx942",
+        "compile",
+        "CompilationError",
+        "at 1:1: 'B' must be a power of 2, got 3 (/x/cand.py)",
+        "c3" * 32,
+    )
+    other_class = store.record_failure(
+        "layernorm", "sm_90", "correctness", "Mismatch", "max abs error 0.5 at (3, 4)", "c4" * 32
+    )
     assert len({first.signature, other_arch.signature, other_class.signature}) == 3
     assert [(p.signature, p.count) for p in store.failure_patterns(op_family="layernorm", arch="sm_90")] == [
-        (first.signature, 2), (other_class.signature, 1)]
-    hits = store.vector_search("failures", "block size must be a power of two", k=3,
-                               where={"arch": "sm_90"})
+        (first.signature, 2),
+        (other_class.signature, 1),
+    ]
+    hits = store.vector_search("failures", "block size must be a power of two", k=3, where={"arch": "sm_90"})
     assert hits[0][0] == first.signature
     assert store.vector_count("failures") == 3
 
@@ -222,7 +250,8 @@ def chroma_server(tmp_path_factory):
     data = tmp_path_factory.mktemp("chroma-server")
     proc = subprocess.Popen(
         [str(exe), "run", "--path", str(data), "--host", "127.0.0.1", "--port", str(port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}"
     try:

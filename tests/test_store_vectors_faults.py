@@ -22,9 +22,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _kscout(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", "from agent.cli import main; main()", *args],
-                          capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, PYTHONPATH=str(ROOT), **(env or {})))
+    return subprocess.run(
+        [sys.executable, "-c", "from agent.cli import main; main()", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, PYTHONPATH=str(ROOT), **(env or {})),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -114,11 +118,16 @@ def test_a_50_mb_file_reports_chunk_progress_and_is_capped_with_a_message(tmp_pa
     assert big.stat().st_size > 48_000_000
     progress = []
     with Store.open(tmp_path / "home") as store:
-        report = ingest_paths(store, [big], IngestOptions(max_chunks=96),
-                              on_chunks=lambda name, done, total: progress.append((done, total)))
+        report = ingest_paths(
+            store,
+            [big],
+            IngestOptions(max_chunks=96),
+            on_chunks=lambda name, done, total: progress.append((done, total)),
+        )
         result = report.files[0]
         assert (result.status, result.chunks) == (FileStatus.added, 96)
-        assert result.notes == ("capped at 96 chunks: the first 96 of 60000 are kept (raise --max-chunks, "
-                                "or split the file)",)
+        assert result.notes == (
+            "capped at 96 chunks: the first 96 of 60000 are kept (raise --max-chunks, or split the file)",
+        )
         assert progress[0][1] == 96 and progress[-1] == (96, 96)
         assert len(store.chunks()) == 96

@@ -41,8 +41,9 @@ with Store.open(home) as store:
 
 def test_vectors_off_keeps_every_row_retrieves_by_bm25_and_never_imports_chroma_or_the_model(tmp_path):
     env = dict(os.environ, KSCOUT_VECTORS="off")
-    out = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "home")], env=env,
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(tmp_path / "home")], env=env, capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["documents"] == 18

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 
 import pytest
+from test_lifecycle_support import gpu_fp, make_run, result, variant
 
 import evaluation
 from agent.search import kernelfile
@@ -15,27 +16,56 @@ from agent.search.summary import summarize, verdict_line
 from evaluation.records import Baseline, Speedup, TimedCase, TimingStats, source_sha256
 from store import Store
 from store.records import CandidateRecord, RunStatus, utc_now
-from test_lifecycle_support import gpu_fp, make_run, result, variant
 
 
 def _stats(p50: float) -> TimingStats:
-    return TimingStats(latency_ms_p20=p50 * 0.99, latency_ms_p50=p50, latency_ms_p80=p50 * 1.01,
-                       latency_ms_min=p50 * 0.98, latency_ms_mean=p50, n_samples=5, n_warmup=10,
-                       l2_flushed=True, method="cuda_graph")
+    return TimingStats(
+        latency_ms_p20=p50 * 0.99,
+        latency_ms_p50=p50,
+        latency_ms_p80=p50 * 1.01,
+        latency_ms_min=p50 * 0.98,
+        latency_ms_mean=p50,
+        n_samples=5,
+        n_warmup=10,
+        l2_flushed=True,
+        method="cuda_graph",
+    )
 
 
 def _case(case, p50: float, eager_ms: float, compile_ms: float | None, gbps: float) -> TimedCase:
     baselines = [Baseline(name="eager", timing=_stats(eager_ms))]
-    speedups = [Speedup(baseline="eager", ratio=eager_ms / p50, ratio_low=eager_ms / p50 * 0.97,
-                        ratio_high=eager_ms / p50 * 1.03, significant=True)]
+    speedups = [
+        Speedup(
+            baseline="eager",
+            ratio=eager_ms / p50,
+            ratio_low=eager_ms / p50 * 0.97,
+            ratio_high=eager_ms / p50 * 1.03,
+            significant=True,
+        )
+    ]
     if compile_ms is not None:
         baselines.append(Baseline(name="torch_compile", timing=_stats(compile_ms)))
         r = compile_ms / p50
-        speedups.append(Speedup(baseline="torch_compile", ratio=r, ratio_low=r * 0.97, ratio_high=r * 1.03,
-                                significant=r * 0.97 > 1 or r * 1.03 < 1))
-    return TimedCase(case_id=case.case_id, params=case.params, dtype=case.dtype, candidate=_stats(p50),
-                     baselines=tuple(baselines), speedups=tuple(speedups), bytes_moved=1, achieved_gbps=gbps,
-                     pct_of_ceiling=100.0 * gbps / 4000.0)
+        speedups.append(
+            Speedup(
+                baseline="torch_compile",
+                ratio=r,
+                ratio_low=r * 0.97,
+                ratio_high=r * 1.03,
+                significant=r * 0.97 > 1 or r * 1.03 < 1,
+            )
+        )
+    return TimedCase(
+        case_id=case.case_id,
+        params=case.params,
+        dtype=case.dtype,
+        candidate=_stats(p50),
+        baselines=tuple(baselines),
+        speedups=tuple(speedups),
+        bytes_moved=1,
+        achieved_gbps=gbps,
+        pct_of_ceiling=100.0 * gbps / 4000.0,
+    )
 
 
 @pytest.fixture
@@ -48,21 +78,52 @@ def gpu_run(tmp_path):
     with Store.open(tmp_path / "store") as st:
         run = make_run(st, problem, fp)
         for src, proposer in ((seed_src, "seed"), (best_src, "template")):
-            st.add_candidate(CandidateRecord(candidate_id=source_sha256(src), run_id=run.run_id, generation=0,
-                                             proposer=proposer, source=src, created_at=utc_now()))
-        st.add_evaluation(run.run_id, source_sha256(seed_src), result(
-            problem, seed_src, fp, timed=[_case(c, 1.0, 1.5, 1.2, 3000) for c in timed]))
-        st.add_evaluation(run.run_id, source_sha256(best_src), result(
-            problem, best_src, fp, timed=[_case(c, 0.8, 1.5, None, 3600) for c in timed]))
+            st.add_candidate(
+                CandidateRecord(
+                    candidate_id=source_sha256(src),
+                    run_id=run.run_id,
+                    generation=0,
+                    proposer=proposer,
+                    source=src,
+                    created_at=utc_now(),
+                )
+            )
+        st.add_evaluation(
+            run.run_id,
+            source_sha256(seed_src),
+            result(problem, seed_src, fp, timed=[_case(c, 1.0, 1.5, 1.2, 3000) for c in timed]),
+        )
+        st.add_evaluation(
+            run.run_id,
+            source_sha256(best_src),
+            result(problem, best_src, fp, timed=[_case(c, 0.8, 1.5, None, 3600) for c in timed]),
+        )
         # the re-measure: x eager 2.0 and 1.5, x compile 1.25 and 0.9 (the worst case is below compile)
         remeasured = [_case(timed[0], 0.5, 1.0, 0.625, 3900), _case(timed[1], 1.0, 1.5, 0.9, 3000)]
-        st.add_evaluation(run.run_id, source_sha256(best_src), result(problem, best_src, fp, shapes=(),
-                                                                     timed=remeasured), kind="remeasure")
-        st.add_evaluation(run.run_id, source_sha256(seed_src), result(
-            problem, seed_src, fp, shapes=(), timed=[_case(timed[0], 0.6, 1.0, 0.625, 3500),
-                                                     _case(timed[1], 1.2, 1.5, 0.9, 2800)]), kind="remeasure")
-        st.finish_run(run.run_id, status=RunStatus.finished, stop_reason="evaluation_budget",
-                      best_candidate_id=source_sha256(best_src))
+        st.add_evaluation(
+            run.run_id,
+            source_sha256(best_src),
+            result(problem, best_src, fp, shapes=(), timed=remeasured),
+            kind="remeasure",
+        )
+        st.add_evaluation(
+            run.run_id,
+            source_sha256(seed_src),
+            result(
+                problem,
+                seed_src,
+                fp,
+                shapes=(),
+                timed=[_case(timed[0], 0.6, 1.0, 0.625, 3500), _case(timed[1], 1.2, 1.5, 0.9, 2800)],
+            ),
+            kind="remeasure",
+        )
+        st.finish_run(
+            run.run_id,
+            status=RunStatus.finished,
+            stop_reason="evaluation_budget",
+            best_candidate_id=source_sha256(best_src),
+        )
         yield st, run, timed, best_src
 
 

@@ -18,7 +18,15 @@ from agent.proposers.family import match_family
 from agent.proposers.template import TemplateProposer, render
 from evaluation.problem import load_problem
 from evaluation.records import (
-    DEFAULT_TOLERANCES, EvalResult, Fingerprint, KernelInfo, Status, TimedCase, TimingStats, source_sha256)
+    DEFAULT_TOLERANCES,
+    EvalResult,
+    Fingerprint,
+    KernelInfo,
+    Status,
+    TimedCase,
+    TimingStats,
+    source_sha256,
+)
 
 PROBLEMS = Path(__file__).resolve().parents[1] / "evaluation" / "problems"
 
@@ -34,8 +42,13 @@ PATHS = {  # knob changes that make the CPU cases above take each path
     "split_l2_groups": {"block_n": 1024, "programs_per_sm": 8, "split_l2_reuse": True, "cache_hints": False},
     "split_chunk_reductions": {"block_n": 512, "lane_stats": False},
     "looped_chunk_reductions": {"split_rows": False, "single_max_n": 1024, "block_n": 512, "lane_stats": False},
-    "persistent_packed": {"split_rows": False, "persistent": True, "programs_per_sm": 1, "tile_elems": 32768,
-                          "elems_per_thread": 2},
+    "persistent_packed": {
+        "split_rows": False,
+        "persistent": True,
+        "programs_per_sm": 1,
+        "tile_elems": 32768,
+        "elems_per_thread": 2,
+    },
 }
 ROW_FAMILIES = ("layernorm", "rmsnorm", "add_rmsnorm", "softmax", "log_softmax", "cross_entropy", "row_sum")
 
@@ -108,8 +121,14 @@ def test_split_path_loads_bf16_and_reduces_in_fp32(tmp_path, family):
 
 
 @pytest.mark.parametrize("family", ["swiglu", "geglu"])
-@pytest.mark.parametrize("changes", [{}, {"tiling": "rows", "block": 256, "cache_hints": False},
-                                     {"block": 512, "persistent": True, "programs_per_sm": 1}])
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},
+        {"tiling": "rows", "block": 256, "cache_hints": False},
+        {"block": 512, "persistent": True, "programs_per_sm": 1},
+    ],
+)
 def test_elementwise_computes_the_reference_at_awkward_shapes(tmp_path, family, changes):
     _check(tmp_path, family, changes, [{"M": m, "N": n} for m, n in ROW_CASES])
 
@@ -118,8 +137,14 @@ MATMUL_VARIANTS = {
     "default_hopper_tiles": {},
     "persistent": {"persistent": True, "block_m": 32, "block_n": 32, "block_k": 16},
     "tma": {"tma": True, "block_m": 32, "block_n": 32, "block_k": 16},
-    "tma_persistent_split_k": {"tma": True, "persistent": True, "block_m": 64, "block_n": 32, "block_k": 32,
-                               "split_k": 2},
+    "tma_persistent_split_k": {
+        "tma": True,
+        "persistent": True,
+        "block_m": 64,
+        "block_n": 32,
+        "block_k": 32,
+        "split_k": 2,
+    },
 }
 
 
@@ -143,8 +168,16 @@ def test_matmul_uses_descriptors_only_where_tma_can_read_the_strides(tmp_path):
 def test_matmul_default_is_the_hopper_tile_measured_fastest():
     # H200, bf16 8192^3 (agent/search/peers/RESULTS.md): persistent + TMA 128x256x64 reached cuBLAS's matmul alone
     assert K.default_knobs("matmul") == {
-        "block_m": 128, "block_n": 256, "block_k": 64, "group_m": 8, "num_warps": 8, "num_stages": 3, "split_k": 1,
-        "persistent": True, "tma": True}
+        "block_m": 128,
+        "block_n": 256,
+        "block_k": 64,
+        "group_m": 8,
+        "num_warps": 8,
+        "num_stages": 3,
+        "split_k": 1,
+        "persistent": True,
+        "tma": True,
+    }
 
 
 # ---------------------------------------------------------------- the plan at H200 sizes
@@ -176,8 +209,10 @@ def test_per_lane_statistics_stay_exact_on_rows_with_a_large_offset(tmp_path, fa
     x = 1000.0 + torch.randn(3, 3001)
     if family == "layernorm":
         new = cand.ModelNew(3001)
-        got, want = new(x), torch.nn.functional.layer_norm(x.double(), (3001,), new.weight.double(), new.bias.double(),
-                                                             1e-5)
+        got, want = (
+            new(x),
+            torch.nn.functional.layer_norm(x.double(), (3001,), new.weight.double(), new.bias.double(), 1e-5),
+        )
     elif family == "softmax":
         got, want = cand.ModelNew()(x), torch.softmax(x.double(), -1)
     else:
@@ -193,24 +228,65 @@ def test_warps_follow_the_tile(tmp_path):
 
 # ---------------------------------------------------------------- moves steered by diagnostics
 
-FP = Fingerprint(device_kind="cuda", device_name="NVIDIA H200", arch="sm_90", triton_version="3.6.0",
-                 torch_version="2.11.0", python_version="3.12.3", kernelscout_version="0")
+FP = Fingerprint(
+    device_kind="cuda",
+    device_name="NVIDIA H200",
+    arch="sm_90",
+    triton_version="3.6.0",
+    torch_version="2.11.0",
+    python_version="3.12.3",
+    kernelscout_version="0",
+)
 
 
 def _stats(ms: float) -> TimingStats:
-    return TimingStats(latency_ms_p20=ms, latency_ms_p50=ms, latency_ms_p80=ms, latency_ms_min=ms,
-                       latency_ms_mean=ms, n_samples=20, n_warmup=5, l2_flushed=True, method="cuda_graph")
+    return TimingStats(
+        latency_ms_p20=ms,
+        latency_ms_p50=ms,
+        latency_ms_p80=ms,
+        latency_ms_min=ms,
+        latency_ms_mean=ms,
+        n_samples=20,
+        n_warmup=5,
+        l2_flushed=True,
+        method="cuda_graph",
+    )
 
 
-def _result(*, pct: float | None = None, regs: int = 40, spills: int = 0, status: Status = Status.passed,
-            message: str | None = None) -> EvalResult:
+def _result(
+    *,
+    pct: float | None = None,
+    regs: int = 40,
+    spills: int = 0,
+    status: Status = Status.passed,
+    message: str | None = None,
+) -> EvalResult:
     timing = ()
     if pct is not None:
-        timing = (TimedCase(case_id="M=16,N=4194304|bfloat16", params={"M": 16, "N": 4194304}, dtype="bfloat16",
-                            candidate=_stats(1.0), baselines=(), speedups=(), pct_of_ceiling=pct),)
-    return EvalResult(status=status, message=message, candidate_sha256="c" * 64, problem_id="p", problem_name="x",
-                      device="cuda", timing=timing, fingerprint=FP, started_at="2026-01-01T00:00:00Z", duration_s=1.0,
-                      kernels=(KernelInfo(name="_kernel", n_regs=regs, n_spills=spills, num_warps=8),))
+        timing = (
+            TimedCase(
+                case_id="M=16,N=4194304|bfloat16",
+                params={"M": 16, "N": 4194304},
+                dtype="bfloat16",
+                candidate=_stats(1.0),
+                baselines=(),
+                speedups=(),
+                pct_of_ceiling=pct,
+            ),
+        )
+    return EvalResult(
+        status=status,
+        message=message,
+        candidate_sha256="c" * 64,
+        problem_id="p",
+        problem_name="x",
+        device="cuda",
+        timing=timing,
+        fingerprint=FP,
+        started_at="2026-01-01T00:00:00Z",
+        duration_s=1.0,
+        kernels=(KernelInfo(name="_kernel", n_regs=regs, n_spills=spills, num_warps=8),),
+    )
 
 
 def test_spills_steer_towards_fewer_registers_per_thread_and_say_so():
@@ -241,8 +317,10 @@ def test_nothing_to_steer_by_at_the_ceiling_or_without_measurements():
 
 
 def test_out_of_resources_steers_a_matmul_repair_to_fewer_stages():
-    failed = _result(status=Status.compile_error, message="OutOfResources: out of resource: shared memory, "
-                                                          "Required: 262144, Hardware limit: 232448")
+    failed = _result(
+        status=Status.compile_error,
+        message="OutOfResources: out of resource: shared memory, Required: 262144, Hardware limit: 232448",
+    )
     moves = K.steered_moves("matmul", K.default_knobs("matmul"), failed)
     assert moves[0].changes == (("num_stages", 3, 2),) and "ran out of shared memory" in moves[0].why
 
@@ -251,10 +329,23 @@ def test_refine_proposes_the_steered_move_first_with_its_evidence():
     problem = load_problem(str(PROBLEMS / "layernorm.py"), device="cpu")
     knobs = K.default_knobs("rowwise")
     source = render(match_family(PROBLEMS / "layernorm.py"), knobs)
-    parent = ParentInfo(candidate_id=source_sha256(source), source=source, knobs=knobs,
-                        transformation_tags=("tile_elems=4096",), result=_result(pct=70.0, regs=255, spills=12))
-    request = ProposeRequest(problem=problem, device="cuda", arch="sm_90", device_name="NVIDIA H200",
-                             action=Action.refine, parent=parent, n=2, seen_sha256=frozenset({parent.candidate_id}))
+    parent = ParentInfo(
+        candidate_id=source_sha256(source),
+        source=source,
+        knobs=knobs,
+        transformation_tags=("tile_elems=4096",),
+        result=_result(pct=70.0, regs=255, spills=12),
+    )
+    request = ProposeRequest(
+        problem=problem,
+        device="cuda",
+        arch="sm_90",
+        device_name="NVIDIA H200",
+        action=Action.refine,
+        parent=parent,
+        n=2,
+        seen_sha256=frozenset({parent.candidate_id}),
+    )
     first, second = TemplateProposer().propose(request).proposals
     assert first.transformation_tags == ("elems_per_thread=8",)
     assert first.rationale.startswith("refine, elems_per_thread 16->8: the parent's _kernel spills 12 registers")

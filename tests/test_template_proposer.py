@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from agent.proposers.family import match_family
 from agent.proposers import knobs as K
 from agent.proposers.base import Action, ParentInfo, ProposeRequest
+from agent.proposers.family import match_family
 from agent.proposers.template import TemplateProposer, render, template_sha256
 from evaluation.problem import load_problem
 from evaluation.records import DEFAULT_TOLERANCES, source_sha256
@@ -42,7 +42,9 @@ def _assert_computes_reference(tmp_path: Path, problem: str, source: str, dtype:
     cand = _load(cand_path, f"_cand_{problem}_{tag}")
     ref = _load(PROBLEMS / f"{problem}.py", f"_ref_{problem}_{tag}")
     atol, rtol = getattr(ref, "TOLERANCES", {}).get(dtype) or (
-        DEFAULT_TOLERANCES[dtype].atol, DEFAULT_TOLERANCES[dtype].rtol)
+        DEFAULT_TOLERANCES[dtype].atol,
+        DEFAULT_TOLERANCES[dtype].rtol,
+    )
     torch_dtype = getattr(torch, dtype)
     for case in ref.SHAPES["cpu"]:
         for key, value in case.items():
@@ -67,10 +69,27 @@ def _assert_computes_reference(tmp_path: Path, problem: str, source: str, dtype:
             assert not bad.any(), f"{problem} {case} max abs error {err.max().item():.3g}"
 
 
-def _request(name: str, action: Action = Action.seed, parent: ParentInfo | None = None, n: int = 1,
-             seen: frozenset = frozenset(), hints: tuple = (), rng_seed: int = 0) -> ProposeRequest:
-    return ProposeRequest(problem=_problem(name), device="cpu", arch="cpu", device_name="cpu", action=action,
-                          parent=parent, n=n, seen_sha256=seen, seed_hints=hints, rng_seed=rng_seed)
+def _request(
+    name: str,
+    action: Action = Action.seed,
+    parent: ParentInfo | None = None,
+    n: int = 1,
+    seen: frozenset = frozenset(),
+    hints: tuple = (),
+    rng_seed: int = 0,
+) -> ProposeRequest:
+    return ProposeRequest(
+        problem=_problem(name),
+        device="cpu",
+        arch="cpu",
+        device_name="cpu",
+        action=action,
+        parent=parent,
+        n=n,
+        seen_sha256=seen,
+        seed_hints=hints,
+        rng_seed=rng_seed,
+    )
 
 
 _PROBLEM_CACHE: dict = {}
@@ -83,8 +102,12 @@ def _problem(name: str):
 
 
 def _parent(proposal) -> ParentInfo:
-    return ParentInfo(candidate_id=source_sha256(proposal.source), source=proposal.source, knobs=proposal.knobs,
-                      transformation_tags=proposal.transformation_tags)
+    return ParentInfo(
+        candidate_id=source_sha256(proposal.source),
+        source=proposal.source,
+        knobs=proposal.knobs,
+        transformation_tags=proposal.transformation_tags,
+    )
 
 
 def _knobs(template: str, **changes) -> dict:
@@ -95,23 +118,44 @@ def _knobs(template: str, **changes) -> dict:
 
 _ROW = "rowwise"
 CONFIGS = {  # the default, then configurations that take the other paths at the CPU shapes
-    "layernorm": [{}, {"single_max_n": 1024, "block_n": 512, "tile_elems": 2048},
-                  {"tile_elems": 32768, "persistent": True, "programs_per_sm": 1, "cache_hints": False}],
-    "rmsnorm": [{}, {"single_max_n": 1024, "block_n": 512, "persistent": True, "programs_per_sm": 1},
-                {"tile_elems": 16384, "elems_per_thread": 2}],
-    "add_rmsnorm": [{}, {"single_max_n": 1024, "block_n": 512, "tile_elems": 1024, "cache_hints": False},
-                    {"tile_elems": 16384, "persistent": True, "programs_per_sm": 1}],
-    "softmax": [{}, {"single_max_n": 1024, "block_n": 512, "tile_elems": 2048},
-                {"tile_elems": 8192, "persistent": True, "programs_per_sm": 1}],
-    "log_softmax": [{}, {"single_max_n": 1024, "block_n": 512, "persistent": True, "programs_per_sm": 2},
-                    {"tile_elems": 32768}],
-    "cross_entropy": [{}, {"single_max_n": 1024, "block_n": 512, "tile_elems": 2048},
-                      {"tile_elems": 8192, "persistent": True, "programs_per_sm": 1}],
+    "layernorm": [
+        {},
+        {"single_max_n": 1024, "block_n": 512, "tile_elems": 2048},
+        {"tile_elems": 32768, "persistent": True, "programs_per_sm": 1, "cache_hints": False},
+    ],
+    "rmsnorm": [
+        {},
+        {"single_max_n": 1024, "block_n": 512, "persistent": True, "programs_per_sm": 1},
+        {"tile_elems": 16384, "elems_per_thread": 2},
+    ],
+    "add_rmsnorm": [
+        {},
+        {"single_max_n": 1024, "block_n": 512, "tile_elems": 1024, "cache_hints": False},
+        {"tile_elems": 16384, "persistent": True, "programs_per_sm": 1},
+    ],
+    "softmax": [
+        {},
+        {"single_max_n": 1024, "block_n": 512, "tile_elems": 2048},
+        {"tile_elems": 8192, "persistent": True, "programs_per_sm": 1},
+    ],
+    "log_softmax": [
+        {},
+        {"single_max_n": 1024, "block_n": 512, "persistent": True, "programs_per_sm": 2},
+        {"tile_elems": 32768},
+    ],
+    "cross_entropy": [
+        {},
+        {"single_max_n": 1024, "block_n": 512, "tile_elems": 2048},
+        {"tile_elems": 8192, "persistent": True, "programs_per_sm": 1},
+    ],
     "swiglu": [{}, {"tiling": "rows", "block": 256}, {"block": 256, "persistent": True, "programs_per_sm": 1}],
     "geglu": [{}, {"tiling": "rows", "block": 512, "persistent": True, "programs_per_sm": 1}, {"block": 16384}],
     "row_sum": [{}, {"single_max_n": 1024, "block_n": 512, "tile_elems": 2048}, {"tile_elems": 32768}],
-    "matmul_epilogue": [{}, {"split_k": 4, "block_k": 16, "block_m": 16, "block_n": 32, "group_m": 4},
-                        {"block_m": 32, "block_n": 16, "block_k": 32, "split_k": 2, "group_m": 1}],
+    "matmul_epilogue": [
+        {},
+        {"split_k": 4, "block_k": 16, "block_m": 16, "block_n": 32, "group_m": 4},
+        {"block_m": 32, "block_n": 16, "block_k": 32, "split_k": 2, "group_m": 1},
+    ],
 }
 
 
@@ -125,12 +169,15 @@ def test_seed_and_mutated_configurations_compute_the_reference(tmp_path, family)
         _assert_computes_reference(tmp_path, family, source)
 
 
-@pytest.mark.parametrize("family,changes", [
-    ("layernorm", {"single_max_n": 1024, "block_n": 512, "tile_elems": 1024}),
-    ("cross_entropy", {}),
-    ("geglu", {"tiling": "rows", "block": 256}),
-    ("matmul_epilogue", {"split_k": 2, "block_k": 16}),
-])
+@pytest.mark.parametrize(
+    "family,changes",
+    [
+        ("layernorm", {"single_max_n": 1024, "block_n": 512, "tile_elems": 1024}),
+        ("cross_entropy", {}),
+        ("geglu", {"tiling": "rows", "block": 256}),
+        ("matmul_epilogue", {"split_k": 2, "block_k": 16}),
+    ],
+)
 def test_bfloat16_cases_compute_in_fp32_and_store_bf16(tmp_path, family, changes):
     match = match_family(PROBLEMS / f"{family}.py")
     source = render(match, _knobs(K.TEMPLATE_OF_FAMILY[family], **changes))
@@ -139,7 +186,8 @@ def test_bfloat16_cases_compute_in_fp32_and_store_bf16(tmp_path, family, changes
 
 def test_kernelbench_reference_candidate_mirrors_nested_parameters(tmp_path):
     ref = tmp_path / "kb_ln.py"
-    ref.write_text(textwrap.dedent("""
+    ref.write_text(
+        textwrap.dedent("""
         import torch
         import torch.nn as nn
 
@@ -156,11 +204,20 @@ def test_kernelbench_reference_candidate_mirrors_nested_parameters(tmp_path):
 
         def get_init_inputs():
             return [97]
-        """))
+        """)
+    )
     problem = load_problem(str(ref), device="cpu")
-    result = TemplateProposer().propose(ProposeRequest(
-        problem=problem, device="cpu", arch="cpu", device_name="cpu", action=Action.refine, n=1,
-        parent=ParentInfo(candidate_id="p", source="", knobs=_knobs(_ROW, single_max_n=1024, block_n=512))))
+    result = TemplateProposer().propose(
+        ProposeRequest(
+            problem=problem,
+            device="cpu",
+            arch="cpu",
+            device_name="cpu",
+            action=Action.refine,
+            n=1,
+            parent=ParentInfo(candidate_id="p", source="", knobs=_knobs(_ROW, single_max_n=1024, block_n=512)),
+        )
+    )
     (proposal,) = result.proposals
     path = tmp_path / "cand_kb.py"
     path.write_text(proposal.source)
@@ -184,8 +241,11 @@ def test_seed_is_the_family_default_with_template_provenance():
     (p,) = result.proposals
     assert p.knobs == K.default_knobs("rowwise")
     assert p.template_name == "rowwise.j2"
-    expected = hashlib.sha256((TEMPLATES / "rowwise.j2").read_bytes() + (TEMPLATES / "_module.j2").read_bytes()
-                              + (TEMPLATES / "_activation.j2").read_bytes()).hexdigest()
+    expected = hashlib.sha256(
+        (TEMPLATES / "rowwise.j2").read_bytes()
+        + (TEMPLATES / "_module.j2").read_bytes()
+        + (TEMPLATES / "_activation.j2").read_bytes()
+    ).hexdigest()
     assert p.template_sha256 == template_sha256("rowwise") == expected
     assert "class ModelNew" in p.source and "@triton.jit" in p.source
     assert p.transformation_tags == ("seed",) and result.errors == ()
@@ -198,15 +258,17 @@ def test_valid_seed_hint_comes_first_and_invalid_ones_are_ignored_with_a_reason(
     assert first.knobs == _knobs(_ROW, tile_elems=8192, elems_per_thread=8)
     assert "seed_hints[2]" in first.rationale
     assert "seed_hints[0] ignored: tile_elems=3000 is not one of (1024, 2048, 4096, 8192, 16384, 32768)" in (
-        first.rationale)
+        first.rationale
+    )
     assert "seed_hints[1] ignored: unknown knob(s) for the rowwise template: block" in first.rationale
     assert second.knobs == K.default_knobs("rowwise")
 
 
 def test_refine_mutations_change_exactly_the_knobs_their_tags_claim():
     seed = TemplateProposer().propose(_request("layernorm")).proposals[0]
-    result = TemplateProposer().propose(_request("layernorm", Action.refine, _parent(seed), n=12,
-                                                 seen=frozenset({source_sha256(seed.source)})))
+    result = TemplateProposer().propose(
+        _request("layernorm", Action.refine, _parent(seed), n=12, seen=frozenset({source_sha256(seed.source)}))
+    )
     assert len(result.proposals) == 12
     for p in result.proposals:
         changed = {k: v for k, v in p.knobs.items() if seed.knobs[k] != v}
@@ -231,10 +293,15 @@ def test_rationale_says_what_changed_and_why():
 def test_refine_continues_along_the_knob_the_parent_just_moved():
     base = _knobs(_ROW, tile_elems=8192)
     grandparent = render(match_family(PROBLEMS / "softmax.py"), K.default_knobs(_ROW))
-    parent = ParentInfo(candidate_id="p", source=render(match_family(PROBLEMS / "softmax.py"), base), knobs=base,
-                        transformation_tags=("tile_elems=8192",))
-    result = TemplateProposer().propose(_request("softmax", Action.refine, parent, n=1,
-                                                 seen=frozenset({source_sha256(grandparent)})))
+    parent = ParentInfo(
+        candidate_id="p",
+        source=render(match_family(PROBLEMS / "softmax.py"), base),
+        knobs=base,
+        transformation_tags=("tile_elems=8192",),
+    )
+    result = TemplateProposer().propose(
+        _request("softmax", Action.refine, parent, n=1, seen=frozenset({source_sha256(grandparent)}))
+    )
     assert result.proposals[0].transformation_tags == ("tile_elems=16384",)
 
 
@@ -284,7 +351,8 @@ def test_restart_is_deterministic_for_a_seed_and_far_from_the_parent():
 
 def test_unmappable_reference_is_an_unsupported_error_not_an_exception(tmp_path):
     ref = tmp_path / "kb_sort.py"
-    ref.write_text(textwrap.dedent("""
+    ref.write_text(
+        textwrap.dedent("""
         import torch
         import torch.nn as nn
 
@@ -301,7 +369,8 @@ def test_unmappable_reference_is_an_unsupported_error_not_an_exception(tmp_path)
 
         def get_init_inputs():
             return []
-        """))
+        """)
+    )
     result = TemplateProposer().propose(_request(str(ref)))
     assert result.proposals == ()
     # neither a family nor the lowering covers sort; the convolution itself lowers (implicit GEMM)
@@ -322,8 +391,9 @@ def test_knob_validation_rejects_unknown_knobs_and_illegal_values():
 # ---------------------------------------------------------------- through the real evaluator, once it exists
 
 
-@pytest.mark.parametrize("family,action", [
-    ("rmsnorm", Action.seed), ("swiglu", Action.refine), ("matmul_epilogue", Action.restart)])
+@pytest.mark.parametrize(
+    "family,action", [("rmsnorm", Action.seed), ("swiglu", Action.refine), ("matmul_epilogue", Action.restart)]
+)
 def test_candidates_pass_the_evaluator(family, action):
     import evaluation
 

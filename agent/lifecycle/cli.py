@@ -72,9 +72,7 @@ def promote_cmd(
             store, candidate, approved_by=approved_by, note=note, arch=device, allow_unsandboxed=allow_unsandboxed
         )
     if as_json:
-        _print_json(
-            {"approved": approved.model_dump(mode="json"), "deployed": deployed.model_dump(mode="json")}
-        )
+        _print_json({"approved": approved.model_dump(mode="json"), "deployed": deployed.model_dump(mode="json")})
         return
     prev = deployed.previous_candidate_id[:12] if deployed.previous_candidate_id else "the reference"
     _console().print(
@@ -124,8 +122,11 @@ def deployed_cmd(
         head += f", approved by {e.approved_by}" if e.approved_by else ""
         con.print(head, markup=False, highlight=False)
         if ev is not None:
-            speed = (f"{ev.speedup:#.3g}x [{ev.speedup_low:#.3g}, {ev.speedup_high:#.3g}] vs eager" if ev.speedup
-                     else "speed not measured")
+            speed = (
+                f"{ev.speedup:#.3g}x [{ev.speedup_low:#.3g}, {ev.speedup_high:#.3g}] vs eager"
+                if ev.speedup
+                else "speed not measured"
+            )
             shape = ", ".join(f"{k} {r.min}..{r.max}" for k, r in ev.assumptions.shape_range.items()) or "-"
             con.print(indented(f"{speed}; proven for {shape}; {', '.join(ev.assumptions.dtypes)}"))
         con.print(indented(f"evidence: {f}"))
@@ -170,8 +171,9 @@ def history_cmd(
     if as_json:
         _print_json({"events": [e.model_dump(mode="json") for e in events]})
         return
-    table = term_table("when (UTC)", "state", "candidate", "by", "previous", "note",
-                       title=f"history of {op} on {device}")
+    table = term_table(
+        "when (UTC)", "state", "candidate", "by", "previous", "note", title=f"history of {op} on {device}"
+    )
     for e in events:
         table.add_row(
             _when(e.created_at),
@@ -203,8 +205,7 @@ def revalidate_cmd(
         if not outcomes:
             _console().print(none_line("deployed kernels to revalidate"), highlight=False)
         else:
-            table = term_table("op", "arch", "candidate", "verdict", "reason", "rolled back to",
-                               title="revalidation")
+            table = term_table("op", "arch", "candidate", "verdict", "reason", "rolled back to", title="revalidation")
             for o in outcomes:
                 to = (short(o.rolled_back_to) if o.rolled_back_to else "reference") if o.rolled_back else "-"
                 table.add_row(o.op, o.arch, short(o.candidate_id), o.verdict, o.reason, to)

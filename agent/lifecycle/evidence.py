@@ -14,7 +14,6 @@ import math
 from typing import Any, Optional
 
 from agent import Frozen
-
 from evaluation.records import EvalResult, Fingerprint, ProblemInfo
 from store.records import CandidateRecord, RunRecord
 

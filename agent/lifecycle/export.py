@@ -92,9 +92,7 @@ def probe_bindings(path: str, constants: list[str]) -> tuple[dict[str, tuple[int
     return found[0], ranks
 
 
-def _op_files(
-    op: str, entries: list[DeployedEntry], store, env: jinja2.Environment, stamp: dict
-) -> tuple[dict, dict]:
+def _op_files(op: str, entries: list[DeployedEntry], store, env: jinja2.Environment, stamp: dict) -> tuple[dict, dict]:
     """The files of one op and its manifest section."""
     mod = _identifier(op)
     evidences = [e.evidence for e in entries if e.evidence is not None]

@@ -84,9 +84,7 @@ def _correctness_gaps(problem: ProblemInfo, arch: str, chosen, evaluations) -> l
         f"correctness: declared shape case {c.case_id} not passed on {arch}"
         for c in problem.shape_cases
         if c.case_id not in cases
-    ] + [
-        f"correctness: declared dtype {d} never verified on {arch}" for d in problem.dtypes if d not in dtypes
-    ]
+    ] + [f"correctness: declared dtype {d} never verified on {arch}" for d in problem.dtypes if d not in dtypes]
 
 
 def _timing_gaps(
@@ -111,9 +109,7 @@ def _timing_gaps(
     if not result.passed:
         gaps = [f"timing: the latest re-measure on {arch} ended {result.status.value}"]
     elif not result.timing:
-        gaps = [
-            f"timing: the latest re-measure on {arch} has no timing ({result.timing_note or 'no timed cases'})"
-        ]
+        gaps = [f"timing: the latest re-measure on {arch} has no timing ({result.timing_note or 'no timed cases'})"]
     elif total is None:
         gaps = [f"timing: the latest re-measure lacks a recorded {BASELINE} baseline"]
     elif not total.ratio_low > 1.0:
@@ -235,9 +231,7 @@ def current_problem(store, problem_id: str, name: str, device: str) -> ProblemIn
 def _candidate_run(store, candidate_ref: str, arch: Optional[str]) -> tuple[CandidateRecord, RunRecord]:
     """The run whose arch the promotion is for: one source (the seed, say) can be in CPU and GPU runs."""
     first = store.get_candidate(candidate_ref)
-    run_ids = list(
-        dict.fromkeys(run_id for _e, run_id, _c, _r in store.evaluations(candidate_id=first.candidate_id))
-    )
+    run_ids = list(dict.fromkeys(run_id for _e, run_id, _c, _r in store.evaluations(candidate_id=first.candidate_id)))
     runs = [store.get_run(r) for r in run_ids] or [store.get_run(first.run_id)]
     if arch is not None:
         runs = [r for r in runs if r.arch == arch]

@@ -59,8 +59,13 @@ def _nvidia_smi() -> Optional[tuple[str, str, str]]:
     if exe is None:
         return None
     try:
-        out = subprocess.run([exe, "--query-gpu=name,compute_cap,driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20, check=True).stdout
+        out = subprocess.run(
+            [exe, "--query-gpu=name,compute_cap,driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
     lines = [line for line in out.splitlines() if line.strip()]
@@ -79,19 +84,29 @@ def probe_environment() -> Fingerprint:
     tv = _torch_version_file()
     if "__version__" not in tv or tv.get("hip"):
         return _full()
-    common = dict(triton_version=_version("triton", "unknown"), torch_version=tv["__version__"],
-                  python_version=platform.python_version(),
-                  kernelscout_version=_version("kernelscout", __version__))
+    common = dict(
+        triton_version=_version("triton", "unknown"),
+        torch_version=tv["__version__"],
+        python_version=platform.python_version(),
+        kernelscout_version=_version("kernelscout", __version__),
+    )
     if tv.get("cuda") is None:  # a CPU build of torch: evaluation runs through the Triton interpreter
-        return Fingerprint(device_kind="cpu", device_name="cpu (triton interpreter)", arch="cpu",
-                           triton_interpret=True, **common)
+        return Fingerprint(
+            device_kind="cpu", device_name="cpu (triton interpreter)", arch="cpu", triton_interpret=True, **common
+        )
     gpu = _nvidia_smi()
     if gpu is None:
         return _full()
     name, arch, driver = gpu
-    return Fingerprint(device_kind="cuda", device_name=name, arch=arch, driver_version=driver,
-                       cuda_version=tv["cuda"], triton_interpret=os.environ.get("TRITON_INTERPRET") == "1",
-                       **common)
+    return Fingerprint(
+        device_kind="cuda",
+        device_name=name,
+        arch=arch,
+        driver_version=driver,
+        cuda_version=tv["cuda"],
+        triton_interpret=os.environ.get("TRITON_INTERPRET") == "1",
+        **common,
+    )
 
 
 def _full() -> Fingerprint:

@@ -183,9 +183,7 @@ def rollback(store, op: str, arch: str, *, by: str, reason: str = "") -> Promoti
         entry = fold_history(history(store, op, arch))[(op, arch)]
         if entry.candidate_id is None:
             raise LifecycleError(f"nothing to roll back for {op} on {arch}: the reference is already live")
-        note = RollbackNote(
-            reason=reason, rolled_back_from=entry.candidate_id, restored=entry.rollback_target
-        )
+        note = RollbackNote(reason=reason, rolled_back_from=entry.candidate_id, restored=entry.rollback_target)
         problem_id = entry.evidence.problem_id if entry.evidence else ""
         event = _event(
             op,

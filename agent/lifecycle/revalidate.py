@@ -105,8 +105,11 @@ def revalidate(
         if executor is not None:
             return executor
         if not made:
-            made.append(make_executor("local", device="auto", timeout_s=timeout_s or REVALIDATE_TIMEOUT_S,
-                                      trials=REVALIDATE_TRIALS))
+            made.append(
+                make_executor(
+                    "local", device="auto", timeout_s=timeout_s or REVALIDATE_TIMEOUT_S, trials=REVALIDATE_TRIALS
+                )
+            )
         return made[0]
 
     try:
@@ -123,11 +126,7 @@ def _revalidate(store, arch, rollback_on_fail, by, current: Fingerprint, runner)
             continue
         base = dict(op=entry.op, arch=entry.arch, candidate_id=entry.candidate_id)
         if entry.arch != current.arch or entry.evidence is None:
-            why = (
-                f"deployed for {entry.arch}; this machine is {current.arch}"
-                if entry.evidence
-                else "no evidence"
-            )
+            why = f"deployed for {entry.arch}; this machine is {current.arch}" if entry.evidence else "no evidence"
             outcomes.append(Revalidation(**base, verdict="skipped", reason=why))
             continue
         ev = entry.evidence

@@ -23,14 +23,22 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 import torch
-from agent import Frozen
 
-from evaluation.problem_file import init_inputs as problem_init_inputs
+from agent import Frozen
 from evaluation.errors import KscoutError
+from evaluation.problem_file import init_inputs as problem_init_inputs
 
 FAMILIES = (
-    "layernorm", "rmsnorm", "add_rmsnorm", "softmax", "log_softmax", "cross_entropy",
-    "swiglu", "geglu", "row_sum", "matmul_epilogue",
+    "layernorm",
+    "rmsnorm",
+    "add_rmsnorm",
+    "softmax",
+    "log_softmax",
+    "cross_entropy",
+    "swiglu",
+    "geglu",
+    "row_sum",
+    "matmul_epilogue",
 )
 
 
@@ -104,21 +112,59 @@ class _Event:
 
 
 _VIEWS = {
-    "view", "reshape", "contiguous", "float", "to", "type_as", "flatten", "unsqueeze", "squeeze", "size",
-    "detach", "clone", "alias", "_to_copy", "_unsafe_view", "expand", "getitem", "dim", "type", "bfloat16",
-    "half", "lift_fresh", "device",
+    "view",
+    "reshape",
+    "contiguous",
+    "float",
+    "to",
+    "type_as",
+    "flatten",
+    "unsqueeze",
+    "squeeze",
+    "size",
+    "detach",
+    "clone",
+    "alias",
+    "_to_copy",
+    "_unsafe_view",
+    "expand",
+    "getitem",
+    "dim",
+    "type",
+    "bfloat16",
+    "half",
+    "lift_fresh",
+    "device",
 }
 _TRANSPOSES = {"t", "T", "transpose", "permute", "mT"}
 _ALIASES = {
-    "native_layer_norm": "layer_norm", "_softmax": "softmax", "_log_softmax": "log_softmax",
-    "nll_loss_forward": "nll_loss", "mm": "matmul", "addmm": "linear_t", "rsqrt_": "rsqrt",
-    "truediv": "div", "true_divide": "div", "multiply": "mul", "subtract": "sub", "fast_gelu": "gelu",
-    "convolution": "conv", "neg": "neg", "square": "square",
+    "native_layer_norm": "layer_norm",
+    "_softmax": "softmax",
+    "_log_softmax": "log_softmax",
+    "nll_loss_forward": "nll_loss",
+    "mm": "matmul",
+    "addmm": "linear_t",
+    "rsqrt_": "rsqrt",
+    "truediv": "div",
+    "true_divide": "div",
+    "multiply": "mul",
+    "subtract": "sub",
+    "fast_gelu": "gelu",
+    "convolution": "conv",
+    "neg": "neg",
+    "square": "square",
 }
 _MODULE_OPS = {
-    torch.nn.LayerNorm: "layer_norm", torch.nn.Linear: "linear", torch.nn.Softmax: "softmax",
-    torch.nn.LogSoftmax: "log_softmax", torch.nn.GELU: "gelu", torch.nn.SiLU: "silu", torch.nn.ReLU: "relu",
-    torch.nn.CrossEntropyLoss: "cross_entropy", torch.nn.Conv1d: "conv1d", torch.nn.Conv2d: "conv2d",
+    torch.nn.LayerNorm: "layer_norm",
+    torch.nn.Linear: "linear",
+    torch.nn.Softmax: "softmax",
+    torch.nn.LogSoftmax: "log_softmax",
+    torch.nn.GELU: "gelu",
+    torch.nn.SiLU: "silu",
+    torch.nn.ReLU: "relu",
+    torch.nn.CrossEntropyLoss: "cross_entropy",
+    torch.nn.Conv1d: "conv1d",
+    torch.nn.Conv2d: "conv2d",
     torch.nn.Conv3d: "conv3d",
 }
 if hasattr(torch.nn, "RMSNorm"):
@@ -190,8 +236,15 @@ def _fx_events(model: torch.nn.Module, inputs: list) -> tuple[list[_Event], list
             labels[node.name] = _transposed(lab(first))
             continue
         labels[node.name] = f"tmp:{node.name}"
-        events.append(_Event(op, [lab(a) for a in args], {k: lab(v) for k, v in kwargs.items()},
-                             labels[node.name], [shape_of(a) for a in args]))
+        events.append(
+            _Event(
+                op,
+                [lab(a) for a in args],
+                {k: lab(v) for k, v in kwargs.items()},
+                labels[node.name],
+                [shape_of(a) for a in args],
+            )
+        )
     return events, outputs
 
 
@@ -264,8 +317,15 @@ class _Rules:
         self.outputs = outputs
 
     def match(self) -> Optional[tuple[str, dict, dict]]:
-        for rule in (self.layernorm, self.rms, self.softmaxes, self.cross_entropy, self.gated, self.row_sum,
-                     self.matmul):
+        for rule in (
+            self.layernorm,
+            self.rms,
+            self.softmaxes,
+            self.cross_entropy,
+            self.gated,
+            self.row_sum,
+            self.matmul,
+        ):
             found = rule()
             if found is not None:
                 return found
@@ -400,8 +460,11 @@ class _Rules:
             return None
         if not (str(logits).startswith("in:") and str(targets).startswith("in:")):
             return None
-        return "cross_entropy", {"logits": logits[3:], "targets": targets[3:]}, {
-            "reduction": reduction, "ignore_index": int(ignore)}
+        return (
+            "cross_entropy",
+            {"logits": logits[3:], "targets": targets[3:]},
+            {"reduction": reduction, "ignore_index": int(ignore)},
+        )
 
     def gated(self):
         if len(self.ev) != 2 or self.ev[1].op != "mul":
@@ -522,8 +585,9 @@ def _probe_values(bound: dict[str, Any]) -> tuple[dict[str, Any], dict[int, str]
     return out, where
 
 
-def _param_infos(module: types.ModuleType, init_inputs: list, default_model: torch.nn.Module,
-                 bound: dict[str, Any]) -> tuple[ParamInfo, ...]:
+def _param_infos(
+    module: types.ModuleType, init_inputs: list, default_model: torch.nn.Module, bound: dict[str, Any]
+) -> tuple[ParamInfo, ...]:
     probe_args, where = _probe_values(bound)
     probe_model = None
     try:
@@ -555,8 +619,11 @@ def _param_infos(module: types.ModuleType, init_inputs: list, default_model: tor
                 init = "zeros"
             else:
                 mean, std = float(data.mean()), float(data.std()) if data.numel() > 1 else 0.0
-        infos.append(ParamInfo(name=name, shape=shape, shape_exprs=tuple(exprs), init=init, mean=mean, std=std,
-                               is_buffer=is_buffer))
+        infos.append(
+            ParamInfo(
+                name=name, shape=shape, shape_exprs=tuple(exprs), init=init, mean=mean, std=std, is_buffer=is_buffer
+            )
+        )
     return tuple(infos)
 
 
@@ -578,8 +645,9 @@ def match_family(problem: Union[str, Path, types.ModuleType]) -> FamilyMatch:
                 model = module.Model(*init_inputs)
                 inputs = list(module.get_inputs())
         except Exception as exc:
-            raise FamilyMatchError(f"cannot build the reference {path or module.__name__}: "
-                                   f"{type(exc).__name__}: {exc}") from exc
+            raise FamilyMatchError(
+                f"cannot build the reference {path or module.__name__}: {type(exc).__name__}: {exc}"
+            ) from exc
         fwd = inspect.signature(model.forward)
         input_names = [p.name for p in fwd.parameters.values()][: len(inputs)]
         method = "fx"
@@ -600,11 +668,20 @@ def match_family(problem: Union[str, Path, types.ModuleType]) -> FamilyMatch:
         names = ", ".join(_display(op) for op in ops_seen) or "no compute op"
         raise FamilyMatchError(
             f"{Path(path).name if path else module.__name__}: no kernel family matches the ops it runs "
-            f"({names}); families known: {', '.join(FAMILIES)}")
+            f"({names}); families known: {', '.join(FAMILIES)}"
+        )
     family, roles, constants = found
-    return FamilyMatch(family=family, method=method, ops_seen=tuple(_display(o) for o in ops_seen),
-                       inputs=tuple(input_names), roles=roles, params=params, init_signature=signature,
-                       constants=constants, source_path=str(path) if path else None)
+    return FamilyMatch(
+        family=family,
+        method=method,
+        ops_seen=tuple(_display(o) for o in ops_seen),
+        inputs=tuple(input_names),
+        roles=roles,
+        params=params,
+        init_signature=signature,
+        constants=constants,
+        source_path=str(path) if path else None,
+    )
 
 
 def _display(op: str) -> str:
@@ -633,5 +710,3 @@ def _tidy(v: float) -> float:
         return 0.0
     digits = -int(math.floor(math.log10(abs(v))))
     return round(v, digits)
-
-

@@ -18,9 +18,16 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 TEMPLATE_OF_FAMILY = {
-    "layernorm": "rowwise", "rmsnorm": "rowwise", "add_rmsnorm": "rowwise", "softmax": "rowwise",
-    "log_softmax": "rowwise", "cross_entropy": "rowwise", "swiglu": "elementwise", "geglu": "elementwise",
-    "row_sum": "reduction", "matmul_epilogue": "matmul",
+    "layernorm": "rowwise",
+    "rmsnorm": "rowwise",
+    "add_rmsnorm": "rowwise",
+    "softmax": "rowwise",
+    "log_softmax": "rowwise",
+    "cross_entropy": "rowwise",
+    "swiglu": "elementwise",
+    "geglu": "elementwise",
+    "row_sum": "reduction",
+    "matmul_epilogue": "matmul",
 }
 
 
@@ -42,11 +49,15 @@ _W_UP = "more warps give more threads to hide memory latency on wide tiles"
 _W_DN = "fewer warps leave more registers per thread and cheaper reductions on narrow tiles"
 _PPS_UP = "more resident programs per SM hide latency between row blocks"
 _PPS_DN = "fewer programs keep the persistent loop long and launch overhead low"
-_EPT_UP = ("more elements per thread (fewer warps) keep more independent 16-byte loads in flight per thread "
-           "and make the cross-warp reductions cheaper")
+_EPT_UP = (
+    "more elements per thread (fewer warps) keep more independent 16-byte loads in flight per thread "
+    "and make the cross-warp reductions cheaper"
+)
 _EPT_DN = "fewer elements per thread (more warps) cut the registers each thread holds, avoiding spills"
-_HINT_UP = ("eviction hints: streamed data is read evict_first, data read again (a second sweep, the weight) "
-            "evict_last, so the bytes read twice stay in L2")
+_HINT_UP = (
+    "eviction hints: streamed data is read evict_first, data read again (a second sweep, the weight) "
+    "evict_last, so the bytes read twice stay in L2"
+)
 _HINT_DN = "no hints leave caching to the hardware"
 
 
@@ -69,93 +80,180 @@ def _split(k: dict) -> bool:
 # programs with a second small pass that combines their partial statistics. So one kernel serves a
 # problem's whole shape distribution: 8192 rows of 8192, 16 rows of 4M and 4096 rows of 32000.
 _ROW_COMMON = (
-    Knob("tile_elems", (1024, 2048, 4096, 8192, 16384, 32768), 4096,
-         "more elements per program: short rows are packed several to a program, amortizing index math "
-         "and launch waves",
-         "fewer elements per program give more programs to spread over the SMs"),
-    Knob("single_max_n", (1024, 2048, 4096, 8192, 16384, 32768, 65536), 16384,
-         "hold wider rows whole in registers: each element is read once from memory",
-         "loop over chunks of narrower rows too: bounded registers (no spills) at the cost of a second sweep "
-         "that usually hits L2"),
-    Knob("block_n", (512, 1024, 2048, 4096, 8192, 16384), 4096,
-         "larger chunks in the looped and split paths mean fewer loop trips and more bytes in flight",
-         "smaller chunks use fewer registers per thread and split rows into more programs"),
+    Knob(
+        "tile_elems",
+        (1024, 2048, 4096, 8192, 16384, 32768),
+        4096,
+        "more elements per program: short rows are packed several to a program, amortizing index math and launch waves",
+        "fewer elements per program give more programs to spread over the SMs",
+    ),
+    Knob(
+        "single_max_n",
+        (1024, 2048, 4096, 8192, 16384, 32768, 65536),
+        16384,
+        "hold wider rows whole in registers: each element is read once from memory",
+        "loop over chunks of narrower rows too: bounded registers (no spills) at the cost of a second sweep "
+        "that usually hits L2",
+    ),
+    Knob(
+        "block_n",
+        (512, 1024, 2048, 4096, 8192, 16384),
+        4096,
+        "larger chunks in the looped and split paths mean fewer loop trips and more bytes in flight",
+        "smaller chunks use fewer registers per thread and split rows into more programs",
+    ),
     Knob("elems_per_thread", (2, 4, 8, 16, 32, 64), 16, _EPT_UP, _EPT_DN),
-    Knob("split_rows", (False, True), True,
-         "when rows are too few to fill the GPU (16 rows of 4M elements), several programs share a row and a "
-         "second small pass combines their partial statistics",
-         "one program per row block: no partials written, no second launch"),
-    Knob("persistent", (False, True), False,
-         "a persistent grid (programs loop over row blocks) saves launch waves on many rows",
-         "one program per row block lets the hardware scheduler balance uneven work"),
-    Knob("programs_per_sm", (1, 2, 4, 8), 4,
-         "more programs per SM (persistent grid size, and how many programs a split row is cut into) hide "
-         "latency", "fewer programs keep loops long and the partials few", _persistent_or_split),
+    Knob(
+        "split_rows",
+        (False, True),
+        True,
+        "when rows are too few to fill the GPU (16 rows of 4M elements), several programs share a row and a "
+        "second small pass combines their partial statistics",
+        "one program per row block: no partials written, no second launch",
+    ),
+    Knob(
+        "persistent",
+        (False, True),
+        False,
+        "a persistent grid (programs loop over row blocks) saves launch waves on many rows",
+        "one program per row block lets the hardware scheduler balance uneven work",
+    ),
+    Knob(
+        "programs_per_sm",
+        (1, 2, 4, 8),
+        4,
+        "more programs per SM (persistent grid size, and how many programs a split row is cut into) hide latency",
+        "fewer programs keep loops long and the partials few",
+        _persistent_or_split,
+    ),
     Knob("cache_hints", (False, True), True, _HINT_UP, _HINT_DN),
 )
 
 SPACES: dict[str, tuple[Knob, ...]] = {
-    "rowwise": _ROW_COMMON + (
-        Knob("lane_stats", (False, True), True,
-             "each lane keeps running statistics (per-lane Welford, online max and sum) reduced across the "
-             "program once at the end: no cross-warp reduction and barrier per chunk, loads stay in flight",
-             "one reduction per chunk keeps nothing per lane: fewer registers"),
-        Knob("split_l2_reuse", (False, True), False,
-             "split rows are processed in groups of rows that fit half the L2, so the second pass reads them "
-             "from L2 instead of memory (more launches)",
-             "one launch per pass over all rows, the second pass walking rows in reverse so the most recently "
-             "read rows are the first reused", _split),
-        Knob("num_stages", (1, 2, 3, 4), 2,
-             "more pipeline stages prefetch the next chunk while this one is reduced",
-             "fewer stages free shared memory and registers"),
+    "rowwise": _ROW_COMMON
+    + (
+        Knob(
+            "lane_stats",
+            (False, True),
+            True,
+            "each lane keeps running statistics (per-lane Welford, online max and sum) reduced across the "
+            "program once at the end: no cross-warp reduction and barrier per chunk, loads stay in flight",
+            "one reduction per chunk keeps nothing per lane: fewer registers",
+        ),
+        Knob(
+            "split_l2_reuse",
+            (False, True),
+            False,
+            "split rows are processed in groups of rows that fit half the L2, so the second pass reads them "
+            "from L2 instead of memory (more launches)",
+            "one launch per pass over all rows, the second pass walking rows in reverse so the most recently "
+            "read rows are the first reused",
+            _split,
+        ),
+        Knob(
+            "num_stages",
+            (1, 2, 3, 4),
+            2,
+            "more pipeline stages prefetch the next chunk while this one is reduced",
+            "fewer stages free shared memory and registers",
+        ),
     ),
     "elementwise": (
-        Knob("block", (256, 512, 1024, 2048, 4096, 8192, 16384), 2048,
-             "bigger blocks mean fewer programs and more bytes in flight per program",
-             "smaller blocks mean more programs to fill every SM on small tensors"),
-        Knob("tiling", ("flat", "rows"), "flat",
-             "2-D row tiles keep each program inside a few rows (stride-friendly for strided rows)",
-             "a flat 1-D view gives perfectly contiguous blocks and the simplest index math"),
-        Knob("persistent", (False, True), False,
-             "a persistent grid (programs loop over blocks) saves launch waves on large tensors",
-             "one program per block lets the hardware scheduler balance the work"),
+        Knob(
+            "block",
+            (256, 512, 1024, 2048, 4096, 8192, 16384),
+            2048,
+            "bigger blocks mean fewer programs and more bytes in flight per program",
+            "smaller blocks mean more programs to fill every SM on small tensors",
+        ),
+        Knob(
+            "tiling",
+            ("flat", "rows"),
+            "flat",
+            "2-D row tiles keep each program inside a few rows (stride-friendly for strided rows)",
+            "a flat 1-D view gives perfectly contiguous blocks and the simplest index math",
+        ),
+        Knob(
+            "persistent",
+            (False, True),
+            False,
+            "a persistent grid (programs loop over blocks) saves launch waves on large tensors",
+            "one program per block lets the hardware scheduler balance the work",
+        ),
         Knob("programs_per_sm", (1, 2, 4, 8), 4, _PPS_UP, _PPS_DN, _persistent),
         Knob("num_warps", _WARPS, 4, _W_UP, _W_DN),
-        Knob("cache_hints", (False, True), False,
-             "every byte is touched once: loads evict_first so the stream does not push other data out of L2",
-             _HINT_DN),
+        Knob(
+            "cache_hints",
+            (False, True),
+            False,
+            "every byte is touched once: loads evict_first so the stream does not push other data out of L2",
+            _HINT_DN,
+        ),
     ),
     "reduction": _ROW_COMMON,
     "matmul": (
-        Knob("block_m", (16, 32, 64, 128, 256), 128,
-             "taller tiles reuse each weight tile across more rows (higher arithmetic intensity)",
-             "shorter tiles make more tiles for small M and fewer wasted masked rows"),
-        Knob("block_n", (16, 32, 64, 128, 256), 256,
-             "wider tiles reuse each input tile across more columns",
-             "narrower tiles make more tiles and fewer registers for the accumulator"),
-        Knob("block_k", (16, 32, 64, 128), 64,
-             "deeper K steps mean fewer loop trips and bigger MMA instructions",
-             "shallower K steps need less shared memory per stage"),
-        Knob("group_m", (1, 4, 8, 16), 8,
-             "grouping row tiles (swizzle) keeps weight tiles hot in L2",
-             "less grouping is simpler when the weight fits in L2 anyway"),
+        Knob(
+            "block_m",
+            (16, 32, 64, 128, 256),
+            128,
+            "taller tiles reuse each weight tile across more rows (higher arithmetic intensity)",
+            "shorter tiles make more tiles for small M and fewer wasted masked rows",
+        ),
+        Knob(
+            "block_n",
+            (16, 32, 64, 128, 256),
+            256,
+            "wider tiles reuse each input tile across more columns",
+            "narrower tiles make more tiles and fewer registers for the accumulator",
+        ),
+        Knob(
+            "block_k",
+            (16, 32, 64, 128),
+            64,
+            "deeper K steps mean fewer loop trips and bigger MMA instructions",
+            "shallower K steps need less shared memory per stage",
+        ),
+        Knob(
+            "group_m",
+            (1, 4, 8, 16),
+            8,
+            "grouping row tiles (swizzle) keeps weight tiles hot in L2",
+            "less grouping is simpler when the weight fits in L2 anyway",
+        ),
         Knob("num_warps", (2, 4, 8), 8, _W_UP, _W_DN),
-        Knob("num_stages", (1, 2, 3, 4, 5), 3,
-             "more stages overlap the next tiles' loads with this tile's MMA",
-             "fewer stages free shared memory for bigger tiles"),
-        Knob("split_k", (1, 2, 4, 8), 1,
-             "splitting K (fp32 partials reduced by a second kernel) makes more programs when M*N is small",
-             "no split avoids the workspace round trip and the second launch"),
-        Knob("persistent", (False, True), True,
-             "a persistent grid (one program per SM walking the tiles in grouped order) saves launch waves "
-             "and keeps the tail of the last wave short",
-             "one program per tile lets the hardware scheduler balance the work"),
-        Knob("tma", (False, True), True,
-             "tensor-memory-accelerator loads (tensor descriptors) move tiles without address arithmetic in "
-             "the threads (used where the strides are 16-byte aligned)",
-             "pointer loads work for any stride and leave the copy to the threads"),
+        Knob(
+            "num_stages",
+            (1, 2, 3, 4, 5),
+            3,
+            "more stages overlap the next tiles' loads with this tile's MMA",
+            "fewer stages free shared memory for bigger tiles",
+        ),
+        Knob(
+            "split_k",
+            (1, 2, 4, 8),
+            1,
+            "splitting K (fp32 partials reduced by a second kernel) makes more programs when M*N is small",
+            "no split avoids the workspace round trip and the second launch",
+        ),
+        Knob(
+            "persistent",
+            (False, True),
+            True,
+            "a persistent grid (one program per SM walking the tiles in grouped order) saves launch waves "
+            "and keeps the tail of the last wave short",
+            "one program per tile lets the hardware scheduler balance the work",
+        ),
+        Knob(
+            "tma",
+            (False, True),
+            True,
+            "tensor-memory-accelerator loads (tensor descriptors) move tiles without address arithmetic in "
+            "the threads (used where the strides are 16-byte aligned)",
+            "pointer loads work for any stride and leave the copy to the threads",
+        ),
     ),
 }
+
 
 class KnobError(ValueError):
     """A configuration that is not a point of the template's space (unknown knob, illegal value)."""
@@ -247,14 +345,30 @@ def single_moves(template: str, knobs: dict) -> list[Move]:
 
 
 _PAIRS = {  # knobs that tend to move together
-    "rowwise": (("tile_elems", "elems_per_thread"), ("single_max_n", "block_n"), ("persistent", "programs_per_sm"),
-                ("block_n", "elems_per_thread"), ("num_stages", "cache_hints"), ("split_rows", "programs_per_sm"),
-                ("lane_stats", "elems_per_thread")),
+    "rowwise": (
+        ("tile_elems", "elems_per_thread"),
+        ("single_max_n", "block_n"),
+        ("persistent", "programs_per_sm"),
+        ("block_n", "elems_per_thread"),
+        ("num_stages", "cache_hints"),
+        ("split_rows", "programs_per_sm"),
+        ("lane_stats", "elems_per_thread"),
+    ),
     "elementwise": (("block", "num_warps"), ("persistent", "programs_per_sm"), ("tiling", "block")),
-    "reduction": (("tile_elems", "elems_per_thread"), ("single_max_n", "block_n"), ("block_n", "elems_per_thread"),
-                  ("split_rows", "programs_per_sm")),
-    "matmul": (("block_m", "block_n"), ("block_k", "num_stages"), ("block_m", "num_warps"),
-               ("split_k", "block_k"), ("group_m", "block_m"), ("persistent", "tma")),
+    "reduction": (
+        ("tile_elems", "elems_per_thread"),
+        ("single_max_n", "block_n"),
+        ("block_n", "elems_per_thread"),
+        ("split_rows", "programs_per_sm"),
+    ),
+    "matmul": (
+        ("block_m", "block_n"),
+        ("block_k", "num_stages"),
+        ("block_m", "num_warps"),
+        ("split_k", "block_k"),
+        ("group_m", "block_m"),
+        ("persistent", "tma"),
+    ),
 }
 
 
@@ -307,24 +421,43 @@ def far_configs(template: str, parent: dict, rng: random.Random, samples: int = 
 # What the evaluator's numbers say about a kernel, and which knob steps answer it. Each entry is
 # (knob, direction): "up" is the next value in `values` (True for a boolean), "down" the previous one.
 _SPILL_FIXES = {
-    "rowwise": (("elems_per_thread", "down"), ("single_max_n", "down"), ("lane_stats", "down"), ("tile_elems", "down"),
-                ("block_n", "down")),
-    "reduction": (("elems_per_thread", "down"), ("single_max_n", "down"), ("tile_elems", "down"),
-                  ("block_n", "down")),
+    "rowwise": (
+        ("elems_per_thread", "down"),
+        ("single_max_n", "down"),
+        ("lane_stats", "down"),
+        ("tile_elems", "down"),
+        ("block_n", "down"),
+    ),
+    "reduction": (("elems_per_thread", "down"), ("single_max_n", "down"), ("tile_elems", "down"), ("block_n", "down")),
     "elementwise": (("num_warps", "up"), ("block", "down")),
     "matmul": (("num_stages", "down"), ("block_n", "down"), ("num_warps", "up"), ("block_k", "down")),
 }
 _PARALLELISM_FIXES = {  # far below the copy ceiling: too few programs or bytes in flight to cover latency
-    "rowwise": (("split_rows", "up"), ("lane_stats", "up"), ("programs_per_sm", "up"), ("tile_elems", "down"),
-                ("elems_per_thread", "down")),
-    "reduction": (("split_rows", "up"), ("programs_per_sm", "up"), ("tile_elems", "down"),
-                  ("elems_per_thread", "down")),
+    "rowwise": (
+        ("split_rows", "up"),
+        ("lane_stats", "up"),
+        ("programs_per_sm", "up"),
+        ("tile_elems", "down"),
+        ("elems_per_thread", "down"),
+    ),
+    "reduction": (
+        ("split_rows", "up"),
+        ("programs_per_sm", "up"),
+        ("tile_elems", "down"),
+        ("elems_per_thread", "down"),
+    ),
     "elementwise": (("block", "down"), ("num_warps", "up"), ("persistent", "down")),
     "matmul": (),
 }
 _BANDWIDTH_FIXES = {  # close but not at the ceiling: more bytes in flight per thread, fewer re-reads
-    "rowwise": (("cache_hints", "up"), ("lane_stats", "up"), ("elems_per_thread", "up"), ("block_n", "up"),
-                ("num_stages", "up"), ("tile_elems", "up")),
+    "rowwise": (
+        ("cache_hints", "up"),
+        ("lane_stats", "up"),
+        ("elems_per_thread", "up"),
+        ("block_n", "up"),
+        ("num_stages", "up"),
+        ("tile_elems", "up"),
+    ),
     "reduction": (("cache_hints", "up"), ("elems_per_thread", "up"), ("tile_elems", "up"), ("single_max_n", "up")),
     "elementwise": (("cache_hints", "up"), ("block", "up"), ("persistent", "up")),
     "matmul": (),
@@ -371,34 +504,50 @@ def diagnose(template: str, result: Any) -> list[tuple[str, tuple[tuple[str, str
     message = (getattr(result, "message", None) or "") + " " + (getattr(result, "stderr_tail", None) or "")[-2000:]
     if not getattr(result, "passed", False):
         if "out of resource" in message.lower() or "OutOfResources" in message:
-            found.append(("the parent did not compile: it ran out of shared memory or registers",
-                          _RESOURCE_FIXES[template]))
+            found.append(
+                ("the parent did not compile: it ran out of shared memory or registers", _RESOURCE_FIXES[template])
+            )
         return found
     kernels = [k for k in getattr(result, "kernels", ()) if k is not None]
     spilled = [k for k in kernels if (k.n_spills or 0) > 0]
     if spilled:
         worst = max(spilled, key=lambda k: k.n_spills)
-        found.append((f"the parent's {worst.name} spills {worst.n_spills} registers to local memory "
-                      f"({worst.n_regs} per thread)", _SPILL_FIXES[template]))
+        found.append(
+            (
+                f"the parent's {worst.name} spills {worst.n_spills} registers to local memory "
+                f"({worst.n_regs} per thread)",
+                _SPILL_FIXES[template],
+            )
+        )
     timed = [t for t in getattr(result, "timing", ()) if t.pct_of_ceiling is not None]
     if timed and template != "matmul":
         low = min(timed, key=lambda t: t.pct_of_ceiling)
         where = f"{low.pct_of_ceiling:.0f}% of the copy ceiling at {low.case_id}"
         if low.pct_of_ceiling < LOW_PCT:
-            found.append((f"the parent reaches only {where}: too little work in flight to cover memory latency",
-                          _PARALLELISM_FIXES[template]))
+            found.append(
+                (
+                    f"the parent reaches only {where}: too little work in flight to cover memory latency",
+                    _PARALLELISM_FIXES[template],
+                )
+            )
         elif low.pct_of_ceiling < GOOD_PCT:
             regs = max((k.n_regs or 0 for k in kernels), default=0)
             if regs > MANY_REGS and not spilled:
-                found.append((f"the parent reaches {where} with {regs} registers per thread: few warps resident",
-                              _OCCUPANCY_FIXES[template]))
-            found.append((f"the parent reaches {where}: bandwidth-bound but short of the ceiling",
-                          _BANDWIDTH_FIXES[template]))
+                found.append(
+                    (
+                        f"the parent reaches {where} with {regs} registers per thread: few warps resident",
+                        _OCCUPANCY_FIXES[template],
+                    )
+                )
+            found.append(
+                (f"the parent reaches {where}: bandwidth-bound but short of the ceiling", _BANDWIDTH_FIXES[template])
+            )
     elif template == "matmul":
         regs = max((k.n_regs or 0 for k in kernels), default=0)
         if regs >= 255 and not spilled:
-            found.append((f"the parent uses {regs} registers per thread, the most there are",
-                          _OCCUPANCY_FIXES[template]))
+            found.append(
+                (f"the parent uses {regs} registers per thread, the most there are", _OCCUPANCY_FIXES[template])
+            )
     return found
 
 

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 import prompts
-from agent.proposers.codeextract import extract_code, fenced_blocks
 from agent.proposers.base import (
     Action,
     ParentInfo,
@@ -26,6 +25,7 @@ from agent.proposers.base import (
     ProposeRequest,
     ProposeResult,
 )
+from agent.proposers.codeextract import extract_code, fenced_blocks
 from evaluation.records import EvalResult, ProblemInfo
 from store.records import LLMCall, utc_now
 
@@ -93,14 +93,23 @@ def _parent_vars(parent: ParentInfo) -> dict[str, Any]:
     if result is not None:
         for t in result.timing:
             eager = next((s.ratio for s in t.speedups if s.baseline == "eager"), None)
-            timing.append({"case_id": t.case_id, "latency_ms_p50": t.candidate.latency_ms_p50,
-                           "speedup": eager, "pct_of_ceiling": t.pct_of_ceiling})
+            timing.append(
+                {
+                    "case_id": t.case_id,
+                    "latency_ms_p50": t.candidate.latency_ms_p50,
+                    "speedup": eager,
+                    "pct_of_ceiling": t.pct_of_ceiling,
+                }
+            )
     return {
         "source": parent.source,
         "status": result.status.value if result is not None else "not evaluated",
         "timing": timing,
-        "timing_note": (result.timing_note if result is not None and result.timing_note else
-                        "Not timed on this device: correctness only."),
+        "timing_note": (
+            result.timing_note
+            if result is not None and result.timing_note
+            else "Not timed on this device: correctness only."
+        ),
         "kernels": [k.model_dump() for k in result.kernels] if result is not None else [],
         "tags": list(parent.transformation_tags),
     }
@@ -208,17 +217,30 @@ class LLMProposer:
             started = time.perf_counter()
             try:
                 response = litellm.completion(
-                    model=self.model, messages=messages, api_base=self.api_base, api_key=self.api_key,
-                    timeout=self.timeout_s, temperature=self.temperature, max_tokens=self.max_tokens,
-                    num_retries=0, max_retries=0, stream=False,
+                    model=self.model,
+                    messages=messages,
+                    api_base=self.api_base,
+                    api_key=self.api_key,
+                    timeout=self.timeout_s,
+                    temperature=self.temperature,
+                    max_tokens=self.max_tokens,
+                    num_retries=0,
+                    max_retries=0,
+                    stream=False,
                 )
             except Exception as exc:  # litellm maps every provider failure onto its exception types
                 kind, retryable = _classify(exc)
                 message = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
-                calls.append(self._record(
-                    template_name=template, template_sha256=sha, rendered_prompt=rendered,
-                    duration_ms=(time.perf_counter() - started) * 1000.0, error=message, attempt=attempt,
-                ))
+                calls.append(
+                    self._record(
+                        template_name=template,
+                        template_sha256=sha,
+                        rendered_prompt=rendered,
+                        duration_ms=(time.perf_counter() - started) * 1000.0,
+                        error=message,
+                        attempt=attempt,
+                    )
+                )
                 error = ProposalError(kind=kind, message=message)
                 if not retryable:
                     break
@@ -232,16 +254,30 @@ class LLMProposer:
             self.spent_usd += cost or 0.0
             usage = getattr(response, "usage", None)
             no_code = need_code and extract_code(text) is None
-            calls.append(self._record(
-                template_name=template, template_sha256=sha, rendered_prompt=rendered, response_text=text,
-                resolved_model=getattr(response, "model", None),
-                prompt_tokens=getattr(usage, "prompt_tokens", None),
-                completion_tokens=getattr(usage, "completion_tokens", None),
-                cost_usd=cost, duration_ms=duration_ms,
-                error=("no code in reply" + (f" ({len(fenced_blocks(text))} fenced blocks, none defines ModelNew)"
-                                             if fenced_blocks(text) else "")) if no_code else None,
-                attempt=attempt,
-            ))
+            calls.append(
+                self._record(
+                    template_name=template,
+                    template_sha256=sha,
+                    rendered_prompt=rendered,
+                    response_text=text,
+                    resolved_model=getattr(response, "model", None),
+                    prompt_tokens=getattr(usage, "prompt_tokens", None),
+                    completion_tokens=getattr(usage, "completion_tokens", None),
+                    cost_usd=cost,
+                    duration_ms=duration_ms,
+                    error=(
+                        "no code in reply"
+                        + (
+                            f" ({len(fenced_blocks(text))} fenced blocks, none defines ModelNew)"
+                            if fenced_blocks(text)
+                            else ""
+                        )
+                    )
+                    if no_code
+                    else None,
+                    attempt=attempt,
+                )
+            )
             if no_code:
                 error = ProposalError(kind="no_code", message=calls[-1].error or "no code in reply")
                 if self._over_budget():
@@ -259,29 +295,41 @@ class LLMProposer:
         spent_before = self.spent_usd
         for _ in range(request.n):
             if self._over_budget():
-                errors.append(ProposalError(
-                    kind="cost_limit", message=f"spent ${self.spent_usd:.4f} of the ${self.max_cost_usd} ceiling"))
+                errors.append(
+                    ProposalError(
+                        kind="cost_limit", message=f"spent ${self.spent_usd:.4f} of the ${self.max_cost_usd} ceiling"
+                    )
+                )
                 break
             template, sha, messages = self.messages(request)
             text, calls, error = self.complete(template, sha, messages)
             if text is None:
                 errors.append(error or ProposalError(kind="no_code", message="no usable reply"))
                 continue
-            proposals.append(Proposal(
-                source=extract_code(text) or "",
-                rationale=_rationale(text),
-                transformation_tags=_tags(text),
-                template_name=template,
-                template_sha256=sha,
-                llm_call_ids=tuple(c.call_id for c in calls),
-            ))
-        return ProposeResult(proposals=tuple(proposals), errors=tuple(errors),
-                             cost_usd=self.spent_usd - spent_before)
+            proposals.append(
+                Proposal(
+                    source=extract_code(text) or "",
+                    rationale=_rationale(text),
+                    transformation_tags=_tags(text),
+                    template_name=template,
+                    template_sha256=sha,
+                    llm_call_ids=tuple(c.call_id for c in calls),
+                )
+            )
+        return ProposeResult(proposals=tuple(proposals), errors=tuple(errors), cost_usd=self.spent_usd - spent_before)
 
-    def explain(self, *, source: str, parent_source: str, result_line: str, op_family: str,
-                device_name: str, arch: str) -> Optional[str]:
+    def explain(
+        self, *, source: str, parent_source: str, result_line: str, op_family: str, device_name: str, arch: str
+    ) -> Optional[str]:
         """Three sentences on what a change did, for the search log (None if the model did not answer)."""
-        text, sha = prompts.render("explain", source=source, parent_source=parent_source, result_line=result_line,
-                                   op_family=op_family, device_name=device_name, arch=arch)
+        text, sha = prompts.render(
+            "explain",
+            source=source,
+            parent_source=parent_source,
+            result_line=result_line,
+            op_family=op_family,
+            device_name=device_name,
+            arch=arch,
+        )
         reply, _, _ = self.complete("explain", sha, [{"role": "user", "content": text}], need_code=False)
         return reply.strip() if reply else None

@@ -22,9 +22,9 @@ from typing import Any, Iterable, Iterator, Optional
 
 import jinja2
 
-from agent.proposers.family import FamilyMatch, FamilyMatchError, match_family, param_init_expr
 from agent.proposers import knobs as K
 from agent.proposers.base import Action, Proposal, ProposalError, ProposeRequest, ProposeResult
+from agent.proposers.family import FamilyMatch, FamilyMatchError, match_family, param_init_expr
 from evaluation.records import ProblemInfo, source_sha256
 
 _PARTIALS = ("_module.j2", "_activation.j2")
@@ -61,8 +61,10 @@ def match_for(problem: ProblemInfo) -> FamilyMatch:
     """The family match of a problem; for a built-in one its OP_FAMILY must agree with the tracer."""
     match = _match_cached(problem.source_path, problem.source_sha256)
     if problem.builtin and problem.op_family not in ("", "unknown") and problem.op_family != match.family:
-        raise FamilyMatchError(f"{problem.name}: OP_FAMILY says {problem.op_family} but its ops trace to "
-                               f"{match.family} ({', '.join(match.ops_seen)})")
+        raise FamilyMatchError(
+            f"{problem.name}: OP_FAMILY says {problem.op_family} but its ops trace to "
+            f"{match.family} ({', '.join(match.ops_seen)})"
+        )
     return match
 
 
@@ -80,8 +82,7 @@ def _module_context(match: FamilyMatch) -> dict[str, Any]:
                 holders.append(holder)
         owner = "self" + "".join(f".{x}" for x in parts[:-1])
         params.append({"owner": owner, "leaf": parts[-1], "expr": param_init_expr(p), "is_buffer": p.is_buffer})
-    return {"holders": holders, "params": params, "init_signature": match.init_signature,
-            "inputs": list(match.inputs)}
+    return {"holders": holders, "params": params, "init_signature": match.init_signature, "inputs": list(match.inputs)}
 
 
 def _ref(name: Optional[str]) -> Optional[str]:
@@ -93,10 +94,17 @@ def _family_context(match: FamilyMatch) -> dict[str, Any]:
     ctx: dict[str, Any] = {"op": fam}
     if K.TEMPLATE_OF_FAMILY[fam] == "rowwise":
         w, b = _ref(r.get("weight")), _ref(r.get("bias"))
-        ctx.update(x=r.get("x") or r.get("logits"), residual=r.get("residual"), targets=r.get("targets"),
-                   has_weight=w is not None, has_bias=b is not None, eps=repr(float(c.get("eps", 0.0))),
-                   norm_ndim=int(c.get("norm_ndim", 1)), ignore_index=int(c.get("ignore_index", -100)),
-                   reduction=c.get("reduction", "none"))
+        ctx.update(
+            x=r.get("x") or r.get("logits"),
+            residual=r.get("residual"),
+            targets=r.get("targets"),
+            has_weight=w is not None,
+            has_bias=b is not None,
+            eps=repr(float(c.get("eps", 0.0))),
+            norm_ndim=int(c.get("norm_ndim", 1)),
+            ignore_index=int(c.get("ignore_index", -100)),
+            reduction=c.get("reduction", "none"),
+        )
         if fam == "cross_entropy":
             ptrs, launch = ["X", "T", "Y"], ["x2", "t", "y"]
         else:
@@ -119,8 +127,13 @@ def _family_context(match: FamilyMatch) -> dict[str, Any]:
     elif fam == "row_sum":
         ctx.update(x=r["x"], keepdim=bool(c.get("keepdim", False)))
     else:
-        ctx.update(x=r["x"], weight=_ref(r["weight"]), bias=_ref(r.get("bias")),
-                   activation=c.get("activation", "none"), weight_layout=c.get("weight_layout", "nk"))
+        ctx.update(
+            x=r["x"],
+            weight=_ref(r["weight"]),
+            bias=_ref(r.get("bias")),
+            activation=c.get("activation", "none"),
+            weight_layout=c.get("weight_layout", "nk"),
+        )
     return ctx
 
 
@@ -128,8 +141,10 @@ def render(match: FamilyMatch, knobs: dict) -> str:
     """The complete candidate file for one configuration (knobs are validated and normalized first)."""
     template = K.TEMPLATE_OF_FAMILY[match.family]
     knobs = K.validate(template, knobs)
-    header = (f"{match.family} candidate from kernelscout's template proposer ({template}.j2).\n\n"
-              f"knobs: {json.dumps(knobs, sort_keys=True)}")
+    header = (
+        f"{match.family} candidate from kernelscout's template proposer ({template}.j2).\n\n"
+        f"knobs: {json.dumps(knobs, sort_keys=True)}"
+    )
     ctx = {"header": header, "k": knobs, **_module_context(match), **_family_context(match)}
     return _env().get_template(f"{template}.j2").render(**ctx)
 
@@ -179,16 +194,30 @@ class TemplateProposer:
             if sha in seen:
                 continue
             seen.add(sha)
-            proposals.append(Proposal(
-                source=source, rationale=rationale + note, transformation_tags=tags, knobs=knobs,
-                parent_id=parent_id, template_name=f"{template}.j2", template_sha256=template_sha256(template)))
+            proposals.append(
+                Proposal(
+                    source=source,
+                    rationale=rationale + note,
+                    transformation_tags=tags,
+                    knobs=knobs,
+                    parent_id=parent_id,
+                    template_name=f"{template}.j2",
+                    template_sha256=template_sha256(template),
+                )
+            )
             if len(proposals) >= request.n:
                 break
         errors: tuple[ProposalError, ...] = ()
         if len(proposals) < request.n:
-            errors = (ProposalError(kind="exhausted", message=(
-                f"{request.action.value}: {len(proposals)} of {request.n} new configuration(s) of the {template} "
-                f"template; every other one in reach was already evaluated")),)
+            errors = (
+                ProposalError(
+                    kind="exhausted",
+                    message=(
+                        f"{request.action.value}: {len(proposals)} of {request.n} new configuration(s) of the {template} "
+                        f"template; every other one in reach was already evaluated"
+                    ),
+                ),
+            )
         return ProposeResult(proposals=tuple(proposals), errors=errors)
 
     def _lowered(self, request: ProposeRequest) -> ProposeResult:
@@ -201,8 +230,9 @@ class TemplateProposer:
             lowered = lower_problem(request.problem)
         except LoweringError as exc:
             message = " ".join(str(exc).split())
-            return ProposeResult(errors=(ProposalError(kind="unsupported", message=(
-                f"{message} (and no hand-written family matches)")),))
+            return ProposeResult(
+                errors=(ProposalError(kind="unsupported", message=(f"{message} (and no hand-written family matches)")),)
+            )
         search = LoweringSearch(lowered)
         extra: tuple = ()
         if request.action is Action.seed and self.schedule_hints is not None:
@@ -221,13 +251,19 @@ class TemplateProposer:
                 ignored.append(f"seed_hints[{i}] ignored: {exc}")
         suffix = ("; " + "; ".join(ignored)) if ignored else ""
         for i, knobs in valid:
-            yield knobs, f"seed from seed_hints[{i}]: a configuration that worked on a similar device{suffix}", (
-                "seed", "seed_hint")
+            yield (
+                knobs,
+                f"seed from seed_hints[{i}]: a configuration that worked on a similar device{suffix}",
+                ("seed", "seed_hint"),
+            )
         default = K.default_knobs(template)
         yield default, f"seed: the {template} template's default configuration{suffix}", ("seed",)
         for move in K.single_moves(template, default):
-            yield move.apply(template, default), (
-                f"seed variant, {move.describe()}: {move.why}{suffix}"), ("seed",) + move.tags()
+            yield (
+                move.apply(template, default),
+                (f"seed variant, {move.describe()}: {move.why}{suffix}"),
+                ("seed",) + move.tags(),
+            )
 
     def _parent_knobs(self, template: str, request: ProposeRequest) -> tuple[dict, str]:
         if request.parent is None:
@@ -235,7 +271,9 @@ class TemplateProposer:
         try:
             return K.validate(template, dict(request.parent.knobs)), ""
         except K.KnobError:  # e.g. the shipped seed, written by hand
-            return K.default_knobs(template), f"from the {template} template's default (the parent was not made from it); "
+            return K.default_knobs(
+                template
+            ), f"from the {template} template's default (the parent was not made from it); "
 
     def _from_parent(self, template: str, request: ProposeRequest) -> Iterator[tuple[dict, str, tuple]]:
         base, prefix = self._parent_knobs(template, request)
@@ -244,8 +282,14 @@ class TemplateProposer:
         if request.action is Action.restart:
             for knobs in K.far_configs(template, base, rng):
                 changed = tuple(f"{k}={K.fmt(v)}" for k, v in knobs.items() if base.get(k) != v)
-                yield knobs, (f"{prefix}restart: a random configuration {K.distance(template, base, knobs):.1f} "
-                              f"knob-steps from the parent, to leave a local optimum"), ("restart",) + changed
+                yield (
+                    knobs,
+                    (
+                        f"{prefix}restart: a random configuration {K.distance(template, base, knobs):.1f} "
+                        f"knob-steps from the parent, to leave a local optimum"
+                    ),
+                    ("restart",) + changed,
+                )
             return
         last = {t.split("=")[0] for t in (request.parent.transformation_tags if request.parent else ())}
         singles = K.single_moves(template, base)

@@ -42,9 +42,24 @@ from typing import Optional
 from evaluation.errors import KscoutError, ProblemError
 
 NOT_MEASURED = "not measured"
-CSV_FIELDS = ("problem", "case", "dtype", "device", "run_id", "evaluations", "best_candidate", "best_p50_ms",
-              "gbps", "pct_of_copy_ceiling", "speedup_vs_eager", "speedup_vs_torch_compile", "speedup_vs_seed",
-              "evals_to_within_5pct", "timing_source", "seed_source")
+CSV_FIELDS = (
+    "problem",
+    "case",
+    "dtype",
+    "device",
+    "run_id",
+    "evaluations",
+    "best_candidate",
+    "best_p50_ms",
+    "gbps",
+    "pct_of_copy_ceiling",
+    "speedup_vs_eager",
+    "speedup_vs_torch_compile",
+    "speedup_vs_seed",
+    "evals_to_within_5pct",
+    "timing_source",
+    "seed_source",
+)
 
 
 def pick_case(problem: str, device_kind: str, dtype: str, choice: Optional[str] = None) -> str:
@@ -74,11 +89,26 @@ def summarize_run(store, run_id: str, case_id: str) -> dict:
 
     s = summarize(store, run_id)
     best = s.best
-    row = dict(problem=s.problem_name, case=case_id.split("|")[0], dtype=case_id.split("|")[1],
-               device=s.arch, run_id=run_id, evaluations=len(s.points),
-               best_candidate=best.candidate_id[:12] if best else "none")
-    speed_cols = ("best_p50_ms", "gbps", "pct_of_copy_ceiling", "speedup_vs_eager", "speedup_vs_torch_compile",
-                  "speedup_vs_seed", "evals_to_within_5pct", "timing_source", "seed_source")
+    row = dict(
+        problem=s.problem_name,
+        case=case_id.split("|")[0],
+        dtype=case_id.split("|")[1],
+        device=s.arch,
+        run_id=run_id,
+        evaluations=len(s.points),
+        best_candidate=best.candidate_id[:12] if best else "none",
+    )
+    speed_cols = (
+        "best_p50_ms",
+        "gbps",
+        "pct_of_copy_ceiling",
+        "speedup_vs_eager",
+        "speedup_vs_torch_compile",
+        "speedup_vs_seed",
+        "evals_to_within_5pct",
+        "timing_source",
+        "seed_source",
+    )
     if not s.timed:
         return dict(row, **{k: NOT_MEASURED for k in speed_cols})
     row.update({k: "-" for k in speed_cols})
@@ -99,10 +129,15 @@ def summarize_run(store, run_id: str, case_id: str) -> dict:
     target = nodes[best.candidate_id].speedup  # the best's own search evaluation, as the search saw it
     within = next((p.index for p in s.points if target and p.speedup and p.speedup >= 0.95 * target), None)
     row.update(
-        best_p50_ms=case.latency_ms_p50, gbps=case.gbps, pct_of_copy_ceiling=case.pct_of_copy,
+        best_p50_ms=case.latency_ms_p50,
+        gbps=case.gbps,
+        pct_of_copy_ceiling=case.pct_of_copy,
         speedup_vs_eager=case.vs["eager"].ratio if "eager" in case.vs else None,
         speedup_vs_torch_compile=case.vs["torch_compile"].ratio if "torch_compile" in case.vs else None,
-        speedup_vs_seed=vs_seed, evals_to_within_5pct=within, timing_source=v.numbers_from, seed_source=seed_source,
+        speedup_vs_seed=vs_seed,
+        evals_to_within_5pct=within,
+        timing_source=v.numbers_from,
+        seed_source=seed_source,
     )
     return {k: ("-" if v is None else v) for k, v in row.items()}
 
@@ -125,10 +160,32 @@ def _print_table(rows: list[dict]) -> None:
     from rich.table import Table
 
     table = Table(title="search benchmark (one timed case per problem)")
-    cols = ("problem", "case", "dtype", "best_candidate", "best_p50_ms", "gbps", "pct_of_copy_ceiling",
-            "speedup_vs_eager", "speedup_vs_torch_compile", "speedup_vs_seed", "evals_to_within_5pct")
-    heads = ("problem", "case", "dtype", "best", "p50 ms", "GB/s", "% copy", "x eager", "x compile", "x seed",
-             "evals to 5%")
+    cols = (
+        "problem",
+        "case",
+        "dtype",
+        "best_candidate",
+        "best_p50_ms",
+        "gbps",
+        "pct_of_copy_ceiling",
+        "speedup_vs_eager",
+        "speedup_vs_torch_compile",
+        "speedup_vs_seed",
+        "evals_to_within_5pct",
+    )
+    heads = (
+        "problem",
+        "case",
+        "dtype",
+        "best",
+        "p50 ms",
+        "GB/s",
+        "% copy",
+        "x eager",
+        "x compile",
+        "x seed",
+        "evals to 5%",
+    )
     for h in heads:
         table.add_column(h)
     for r in rows:
@@ -136,14 +193,30 @@ def _print_table(rows: list[dict]) -> None:
     console = Console()  # a benchmark table goes to logs: wide enough for its 11 columns there
     console = console if console.is_terminal or "COLUMNS" in os.environ else Console(width=160)
     console.print(table)
-    console.print("x eager / p50 / GB/s: the best's interleaved re-measure where there is one (column timing_source "
-                  "in the CSV); x compile: the same re-measure where it has one; x seed: see seed_source", markup=False,
-                  highlight=False, soft_wrap=True)
+    console.print(
+        "x eager / p50 / GB/s: the best's interleaved re-measure where there is one (column timing_source "
+        "in the CSV); x compile: the same re-measure where it has one; x seed: see seed_source",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
-def run_bench(problems: list[str], *, budget: int, dtype: str, device: str, out: Path,
-              cases: dict[str, str], trials: int = 2, seed: int = 0, store_dir: Optional[Path] = None,
-              workers: int = 1, batch: int = 1, minutes: Optional[float] = None) -> list[dict]:
+def run_bench(
+    problems: list[str],
+    *,
+    budget: int,
+    dtype: str,
+    device: str,
+    out: Path,
+    cases: dict[str, str],
+    trials: int = 2,
+    seed: int = 0,
+    store_dir: Optional[Path] = None,
+    workers: int = 1,
+    batch: int = 1,
+    minutes: Optional[float] = None,
+) -> list[dict]:
     import evaluation
     from agent.search.session import SessionConfig, start
     from store import Store
@@ -157,30 +230,53 @@ def run_bench(problems: list[str], *, budget: int, dtype: str, device: str, out:
     rows: list[dict] = []
     with Store.open(home) as store:
         for i, problem in enumerate(problems, 1):
-            config = SessionConfig(problem=problem, device=device_kind, proposer="template", budget=budget,
-                                   stall=None, seed=seed, trials=trials, time_cases=(chosen[problem],), dtypes=(dtype,),
-                                   workers=workers, batch=batch, minutes=minutes)
+            config = SessionConfig(
+                problem=problem,
+                device=device_kind,
+                proposer="template",
+                budget=budget,
+                stall=None,
+                seed=seed,
+                trials=trials,
+                time_cases=(chosen[problem],),
+                dtypes=(dtype,),
+                workers=workers,
+                batch=batch,
+                minutes=minutes,
+            )
             t0 = time.monotonic()
 
             def show(event, problem=problem, t0=t0):  # one line per evaluation: a cut-off run still tells
                 if event.kind in ("evaluated", "remeasured", "finished"):
-                    print(f"  {problem} {time.monotonic() - t0:6.1f}s [{event.evaluations}/{event.budget}] "
-                          f"{event.message}", file=sys.stderr, flush=True)
+                    print(
+                        f"  {problem} {time.monotonic() - t0:6.1f}s [{event.evaluations}/{event.budget}] "
+                        f"{event.message}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
 
             run_id = start(config, store, on_event=show)
             rows.append(summarize_run(store, run_id, chosen[problem]))
             _write_csv(csv_path, rows)
             r = rows[-1]
-            print(f"[{i}/{len(problems)}] {problem} {chosen[problem]}: best {r['best_candidate']}, "
-                  f"x eager {_cell(r['speedup_vs_eager'])}, run {run_id} -> {csv_path}", file=sys.stderr, flush=True)
+            print(
+                f"[{i}/{len(problems)}] {problem} {chosen[problem]}: best {r['best_candidate']}, "
+                f"x eager {_cell(r['speedup_vs_eager'])}, run {run_id} -> {csv_path}",
+                file=sys.stderr,
+                flush=True,
+            )
     return rows
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     from evaluation.problem import builtin_names
 
-    for key, value in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("ANONYMIZED_TELEMETRY", "False"),
-                       ("LITELLM_LOCAL_MODEL_COST_MAP", "True")):
+    for key, value in (
+        ("HF_HUB_OFFLINE", "1"),
+        ("TRANSFORMERS_OFFLINE", "1"),
+        ("ANONYMIZED_TELEMETRY", "False"),
+        ("LITELLM_LOCAL_MODEL_COST_MAP", "True"),
+    ):
         os.environ.setdefault(key, value)  # as the kscout CLI does: no network
 
     parser = argparse.ArgumentParser(prog="python -m agent.search.bench", description=__doc__.split("\n")[0])
@@ -192,23 +288,48 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="random seed of the proposer")
     parser.add_argument("--workers", type=int, default=1, help="correctness checks in parallel (timing stays serial)")
     parser.add_argument("--batch", type=int, default=1, help="candidates proposed per search step (timed together)")
-    parser.add_argument("--minutes", type=float, default=None,
-                        help="time limit per search, a stop rule beside --budget (the CSV says how many evaluations ran)")
-    parser.add_argument("--out", type=Path, default=None, help="folder for the CSV and the fresh store "
-                                                                "(default: a new temp folder)")
-    parser.add_argument("--store", type=Path, default=None,
-                        help="use this store instead of a fresh one under --out (its stored evaluations may be reused)")
+    parser.add_argument(
+        "--minutes",
+        type=float,
+        default=None,
+        help="time limit per search, a stop rule beside --budget (the CSV says how many evaluations ran)",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, help="folder for the CSV and the fresh store (default: a new temp folder)"
+    )
+    parser.add_argument(
+        "--store",
+        type=Path,
+        default=None,
+        help="use this store instead of a fresh one under --out (its stored evaluations may be reused)",
+    )
     for name in builtin_names():
-        parser.add_argument(f"--case-{name}", dest=f"case_{name}", default=None, metavar="CASE",
-                            help=f"case timed for {name}: a case id or its params, e.g. M=4096,N=4096")
+        parser.add_argument(
+            f"--case-{name}",
+            dest=f"case_{name}",
+            default=None,
+            metavar="CASE",
+            help=f"case timed for {name}: a case id or its params, e.g. M=4096,N=4096",
+        )
     args = parser.parse_args(argv)
     problems = [p.strip() for p in args.problems.split(",") if p.strip()]
     cases = {n: getattr(args, f"case_{n}") for n in builtin_names() if getattr(args, f"case_{n}")}
     out = args.out or Path(tempfile.mkdtemp(prefix="kscout-bench-"))
     try:
-        rows = run_bench(problems, budget=args.budget, dtype=args.dtype, device=args.device, out=out, cases=cases,
-                         trials=args.trials, seed=args.seed, store_dir=args.store, workers=args.workers,
-                         batch=args.batch, minutes=args.minutes)
+        rows = run_bench(
+            problems,
+            budget=args.budget,
+            dtype=args.dtype,
+            device=args.device,
+            out=out,
+            cases=cases,
+            trials=args.trials,
+            seed=args.seed,
+            store_dir=args.store,
+            workers=args.workers,
+            batch=args.batch,
+            minutes=args.minutes,
+        )
     except KscoutError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

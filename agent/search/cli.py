@@ -52,8 +52,14 @@ class _ProgressView:
         if self.live:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-            self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                      TimeElapsedColumn(), console=self.console, transient=True)
+            self._progress = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=self.console,
+                transient=True,
+            )
             self._progress.__enter__()
         return self
 
@@ -71,14 +77,16 @@ class _ProgressView:
         if self._progress is not None:
             if self._task is None:
                 self._task = self._progress.add_task("", total=e.budget)
-            self._progress.update(self._task, completed=e.evaluations,
-                                  description=f"best {best} | failures: {fails}")
+            self._progress.update(self._task, completed=e.evaluations, description=f"best {best} | failures: {fails}")
             if e.kind in ("evaluated", "proposal_error", "remeasured", "finished"):
-                self._progress.console.print(f"[{e.evaluations}/{e.budget}] {e.message}", markup=False,
-                                             highlight=False)
+                self._progress.console.print(f"[{e.evaluations}/{e.budget}] {e.message}", markup=False, highlight=False)
             return
-        self.console.print(f"[{e.kind} {e.evaluations}/{e.budget}] {e.message} | best {best} | failures: {fails}",
-                           markup=False, highlight=False, soft_wrap=True)
+        self.console.print(
+            f"[{e.kind} {e.evaluations}/{e.budget}] {e.message} | best {best} | failures: {fails}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def _run_session(store_dir: Optional[Path], go) -> str:
@@ -116,8 +124,12 @@ def _finish(store_dir: Optional[Path], run_id: str, as_json: bool, out: Optional
     else:
         con = console()
         render_show(con, summary)
-        con.print(f"kernel: {path}" if path else "kernel: none (no candidate passed)", markup=False,
-                  highlight=False, soft_wrap=True)
+        con.print(
+            f"kernel: {path}" if path else "kernel: none (no candidate passed)",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
     return 0 if path else EXIT_NO_KERNEL
 
 
@@ -126,14 +138,24 @@ def _exit(code: int) -> None:
         raise SystemExit(code)  # typer.Exit would only be returned by the standalone_mode=False app
 
 
-ExecutorOpt = typer.Option("local", "--executor", help="where candidates run: local | ray (pip install "
-                                                       "'kernelscout[ray]')")
-RayAddressOpt = typer.Option(None, "--ray-address", help="Ray cluster to use (default $RAY_ADDRESS, else a local "
-                                                          "cluster started for this command)")
-RayResourceOpt = typer.Option(None, "--ray-resource", help="custom Ray resource every task requests, e.g. H200: "
-                                                            "routes the search to nodes that declare it")
-SandboxOpt = typer.Option(None, "--sandbox", help="auto | required | off: run candidates in an OS sandbox "
-                                                  "(bubblewrap; default $KSCOUT_SANDBOX, else auto)")
+ExecutorOpt = typer.Option(
+    "local", "--executor", help="where candidates run: local | ray (pip install 'kernelscout[ray]')"
+)
+RayAddressOpt = typer.Option(
+    None,
+    "--ray-address",
+    help="Ray cluster to use (default $RAY_ADDRESS, else a local cluster started for this command)",
+)
+RayResourceOpt = typer.Option(
+    None,
+    "--ray-resource",
+    help="custom Ray resource every task requests, e.g. H200: routes the search to nodes that declare it",
+)
+SandboxOpt = typer.Option(
+    None,
+    "--sandbox",
+    help="auto | required | off: run candidates in an OS sandbox (bubblewrap; default $KSCOUT_SANDBOX, else auto)",
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -158,15 +180,21 @@ def optimize(
     max_cost: Optional[float] = typer.Option(None, help="stop when LLM spend reaches this many USD"),
     batch: int = typer.Option(1, help="candidates per step: checked in parallel, then timed together in one process"),
     workers: int = typer.Option(1, help="correctness checks in parallel (timings never overlap anything)"),
-    compile_every: bool = typer.Option(False, "--compile-every", help="time torch.compile with every batch, not "
-                                                                       "only with the seed and the final re-measure"),
+    compile_every: bool = typer.Option(
+        False,
+        "--compile-every",
+        help="time torch.compile with every batch, not only with the seed and the final re-measure",
+    ),
     trials: int = typer.Option(2, help="correctness trials per shape"),
     time_case: Optional[List[str]] = typer.Option(
-        None, "--time-case", help="time only this case id, e.g. 'M=4096,N=4096|bfloat16' (repeatable)"),
+        None, "--time-case", help="time only this case id, e.g. 'M=4096,N=4096|bfloat16' (repeatable)"
+    ),
     dtype: Optional[List[str]] = typer.Option(
-        None, "--dtype", help="prove and time only this declared dtype, e.g. bfloat16 (repeatable; default all)"),
-    out: Optional[Path] = typer.Option(None, "--out", help="write the best kernel here "
-                                                           "(default ./kscout-best/PROBLEM-RUN.py)"),
+        None, "--dtype", help="prove and time only this declared dtype, e.g. bfloat16 (repeatable; default all)"
+    ),
+    out: Optional[Path] = typer.Option(
+        None, "--out", help="write the best kernel here (default ./kscout-best/PROBLEM-RUN.py)"
+    ),
     tolerance: str = typer.Option("strict", help="strict (default) | kernelbench (atol = rtol = 1e-2)"),
     executor: str = ExecutorOpt,
     ray_address: Optional[str] = RayAddressOpt,
@@ -186,22 +214,41 @@ def optimize(
         raise SessionError(f"--proposer must be template or llm (got {proposer!r})")
     if tolerance not in ("strict", "kernelbench"):
         raise SessionError(f"--tolerance must be strict or kernelbench (got {tolerance!r})")
-    config = SessionConfig(problem=problem, device=device, proposer=proposer, model=model, api_base=api_base,
-                           budget=budget, minutes=minutes, target_speedup=target_speedup, stall=stall,
-                           seed=seed, max_cost_usd=max_cost, batch=batch, workers=workers, compile_every=compile_every,
-                           trials=trials, time_cases=tuple(time_case or ()), dtypes=tuple(dtype or ()),
-                           tolerance=tolerance, executor=executor, ray_resource=ray_resource,
-                           sandbox=sandbox).check()
+    config = SessionConfig(
+        problem=problem,
+        device=device,
+        proposer=proposer,
+        model=model,
+        api_base=api_base,
+        budget=budget,
+        minutes=minutes,
+        target_speedup=target_speedup,
+        stall=stall,
+        seed=seed,
+        max_cost_usd=max_cost,
+        batch=batch,
+        workers=workers,
+        compile_every=compile_every,
+        trials=trials,
+        time_cases=tuple(time_case or ()),
+        dtypes=tuple(dtype or ()),
+        tolerance=tolerance,
+        executor=executor,
+        ray_resource=ray_resource,
+        sandbox=sandbox,
+    ).check()
     run_id = _run_session(store, lambda st, view: start(config, st, on_event=view, ray_address=ray_address))
     _exit(_finish(store, run_id, as_json, out))
 
 
 def resume(
     run: str = typer.Argument(..., metavar="RUN", help="run id (or a unique prefix)"),
-    out: Optional[Path] = typer.Option(None, "--out", help="write the best kernel here "
-                                                           "(default ./kscout-best/PROBLEM-RUN.py)"),
-    executor: Optional[str] = typer.Option(None, "--executor",
-                                           help="local | ray (default: the executor the run started with)"),
+    out: Optional[Path] = typer.Option(
+        None, "--out", help="write the best kernel here (default ./kscout-best/PROBLEM-RUN.py)"
+    ),
+    executor: Optional[str] = typer.Option(
+        None, "--executor", help="local | ray (default: the executor the run started with)"
+    ),
     ray_address: Optional[str] = RayAddressOpt,
     store: Optional[Path] = StoreOpt,
     as_json: bool = JsonOpt,
@@ -216,10 +263,13 @@ def resume(
         run_id = st.get_run(run).run_id
         owner = st.run_owners([run_id]).get(run_id)
         if st.get_run(run_id).status.value == "running" and owner is not None and owner_alive(owner):
-            raise SessionError(f"run {run_id} is still running (pid {owner.pid} on {owner.host}); "
-                               f"stop it first (Ctrl-C or kill {owner.pid})")
-    run_id = _run_session(store, lambda st, view: resume_run(run_id, st, on_event=view, executor_name=executor,
-                                                                     ray_address=ray_address))
+            raise SessionError(
+                f"run {run_id} is still running (pid {owner.pid} on {owner.host}); "
+                f"stop it first (Ctrl-C or kill {owner.pid})"
+            )
+    run_id = _run_session(
+        store, lambda st, view: resume_run(run_id, st, on_event=view, executor_name=executor, ray_address=ray_address)
+    )
     _exit(_finish(store, run_id, as_json, out))
 
 
@@ -249,8 +299,9 @@ def runs(
     t.columns[0].no_wrap = True
     for r in found:
         who = r.proposer + (f" {ellipsize_middle(r.model, 14)}" if r.model else "")
-        t.add_row(ids[r.run_id], ellipsize_middle(r.problem_name, 18), r.arch, who, states[r.run_id],
-                  human(r.stop_reason))
+        t.add_row(
+            ids[r.run_id], ellipsize_middle(r.problem_name, 18), r.arch, who, states[r.run_id], human(r.stop_reason)
+        )
     con.print(t)
     if "stale" in states.values():
         con.print("stale: the process running it is gone; `kscout resume RUN` continues it", highlight=False)
@@ -258,8 +309,9 @@ def runs(
 
 def show(
     run: str = typer.Argument(..., metavar="RUN", help="run id (or a unique prefix)"),
-    candidate: Optional[str] = typer.Argument(None, metavar="CANDIDATE",
-                                              help="with --source: this candidate (default: the best)"),
+    candidate: Optional[str] = typer.Argument(
+        None, metavar="CANDIDATE", help="with --source: this candidate (default: the best)"
+    ),
     source: bool = typer.Option(False, "--source", help="print the kernel's source (with its header) to stdout"),
     store: Optional[Path] = StoreOpt,
     as_json: bool = JsonOpt,
@@ -296,8 +348,10 @@ def _print_source(store_dir: Optional[Path], run: str, candidate: Optional[str])
         if candidate is None:
             summary = summarize(st, run)
             if summary.in_hand is None:
-                raise KscoutError(f"run {summary.run_id} has no passing candidate; name one: "
-                                  f"kscout show {summary.run_id} --source CANDIDATE")
+                raise KscoutError(
+                    f"run {summary.run_id} has no passing candidate; name one: "
+                    f"kscout show {summary.run_id} --source CANDIDATE"
+                )
             kernel, src = summary.in_hand, st.get_candidate(summary.in_hand.candidate_id, run_id=summary.run_id).source
         else:
             kernel, summary, src = kernel_view(st, run, candidate)
@@ -317,8 +371,14 @@ class _ManyView:
         if self.console.is_terminal:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-            self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                      TimeElapsedColumn(), console=self.console, transient=True)
+            self._progress = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=self.console,
+                transient=True,
+            )
             self._progress.__enter__()
         return self
 
@@ -330,8 +390,12 @@ class _ManyView:
         name = self.problems[i]
         best = f"{e.best_speedup:.3g}x" if e.best_speedup is not None else "not measured"
         if self._progress is None:
-            self.console.print(f"[{name} {e.kind} {e.evaluations}/{e.budget}] {e.message} | best {best}",
-                               markup=False, highlight=False, soft_wrap=True)
+            self.console.print(
+                f"[{name} {e.kind} {e.evaluations}/{e.budget}] {e.message} | best {best}",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
             return
         if i not in self._tasks:
             self._tasks[i] = self._progress.add_task("", total=e.budget)
@@ -350,10 +414,16 @@ def _many_table(rows: list[tuple[object, Optional["RunSummary"]]]):
             continue
         best = s.best
         eager = next((a for a in best.verdict.across if a.baseline == "eager"), None) if best and best.verdict else None
-        speed = (f"{eager.geomean.ratio:.3g}x [{eager.geomean.low:.3g}, {eager.geomean.high:.3g}]" if eager
-                 else "not timed" if not s.timed else "none")
-        t.add_row(outcome.problem, s.run_id[:15], outcome.state, f"{s.evaluations}/{s.stop_rule.max_evaluations}",
-                  speed)
+        speed = (
+            f"{eager.geomean.ratio:.3g}x [{eager.geomean.low:.3g}, {eager.geomean.high:.3g}]"
+            if eager
+            else "not timed"
+            if not s.timed
+            else "none"
+        )
+        t.add_row(
+            outcome.problem, s.run_id[:15], outcome.state, f"{s.evaluations}/{s.stop_rule.max_evaluations}", speed
+        )
     return t
 
 
@@ -361,8 +431,9 @@ def _register_many(app: typer.Typer) -> None:
     @app.command("optimize-many")
     def optimize_many(
         problems: Optional[List[str]] = typer.Argument(None, help="built-in problem names or KernelBench-style files"),
-        manifest: Optional[Path] = typer.Option(None, "--manifest", help="TOML file with a shared table, a defaults "
-                                                                        "table and one search table per search"),
+        manifest: Optional[Path] = typer.Option(
+            None, "--manifest", help="TOML file with a shared table, a defaults table and one search table per search"
+        ),
         concurrency: Optional[int] = typer.Option(None, help="searches at once (default: all with ray, 2 local)"),
         minutes: Optional[float] = typer.Option(None, help="time budget shared by all searches (wall clock)"),
         max_cost: Optional[float] = typer.Option(None, help="LLM spend ceiling in USD shared by all searches"),
@@ -395,24 +466,44 @@ def _register_many(app: typer.Typer) -> None:
         if tolerance not in ("strict", "kernelbench"):
             raise SessionError(f"--tolerance must be strict or kernelbench (got {tolerance!r})")
         loaded = load_manifest(manifest) if manifest else None
-        base = dict(device=device, proposer=proposer, model=model, api_base=api_base, budget=budget,
-                    target_speedup=target_speedup, stall=stall, seed=seed, batch=batch, workers=workers,
-                    trials=trials, dtypes=tuple(dtype or ()), tolerance=tolerance, executor=executor,
-                    ray_resource=ray_resource)
+        base = dict(
+            device=device,
+            proposer=proposer,
+            model=model,
+            api_base=api_base,
+            budget=budget,
+            target_speedup=target_speedup,
+            stall=stall,
+            seed=seed,
+            batch=batch,
+            workers=workers,
+            trials=trials,
+            dtypes=tuple(dtype or ()),
+            tolerance=tolerance,
+            executor=executor,
+            ray_resource=ray_resource,
+        )
         configs = plan(list(problems or ()), base, loaded)
         given = dict(minutes=minutes, max_cost_usd=max_cost, concurrency=concurrency)
-        shared = Shared(**{**(loaded.shared.model_dump() if loaded else {}),
-                           **{k: v for k, v in given.items() if v is not None}})
+        shared = Shared(
+            **{**(loaded.shared.model_dump() if loaded else {}), **{k: v for k, v in given.items() if v is not None}}
+        )
         names = [c.problem for c in configs]
         with _open_store(store) as st, _ManyView(console(stderr=True), names) as view:
             result = run_many(configs, st, shared=shared, ray_address=ray_address, on_event=view)
         with _open_store(store) as st:
             rows = [(o, summarize(st, o.run_id) if o.run_id else None) for o in result.outcomes]
         if as_json:
-            print_json({
-                "searches": [dict(o.model_dump(mode="json"), summary=s.model_dump(mode="json") if s else None)
-                             for o, s in rows],
-                "elapsed_s": result.elapsed_s, "cost_usd": result.cost_usd})
+            print_json(
+                {
+                    "searches": [
+                        dict(o.model_dump(mode="json"), summary=s.model_dump(mode="json") if s else None)
+                        for o, s in rows
+                    ],
+                    "elapsed_s": result.elapsed_s,
+                    "cost_usd": result.cost_usd,
+                }
+            )
         else:
             console().print(_many_table(rows))
         if result.interrupted_runs:

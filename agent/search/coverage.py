@@ -32,8 +32,20 @@ from typing import Optional
 
 from evaluation.errors import KscoutError
 
-CSV_FIELDS = ("level", "problem", "category", "status", "schedule", "evaluations", "first_pass", "speedup_vs_eager",
-              "speedup_vs_torch_compile", "seconds", "run_id", "detail")
+CSV_FIELDS = (
+    "level",
+    "problem",
+    "category",
+    "status",
+    "schedule",
+    "evaluations",
+    "first_pass",
+    "speedup_vs_eager",
+    "speedup_vs_torch_compile",
+    "seconds",
+    "run_id",
+    "detail",
+)
 NOT_MEASURED = "not measured"
 
 
@@ -79,8 +91,12 @@ def literal_sizes(path: Path, folder: Path) -> Path:
     body = []
     changed = False
     for node in tree.body:
-        if (isinstance(node, ast.Assign) and len(node.targets) > 1 and isinstance(node.value, ast.Constant)
-                and all(isinstance(t, ast.Name) for t in node.targets)):
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) > 1
+            and isinstance(node.value, ast.Constant)
+            and all(isinstance(t, ast.Name) for t in node.targets)
+        ):
             # `height = width = 128`: one constant each, so both can be shrunk
             body += [ast.Assign(targets=[t], value=ast.Constant(node.value.value)) for t in node.targets]
             changed = True
@@ -97,8 +113,11 @@ def literal_sizes(path: Path, folder: Path) -> Path:
                     body.append(ast.Assign(targets=node.targets, value=ast.Constant(folded)))
                     changed = True
                     continue
-            if isinstance(value, ast.Tuple) and value.elts and all(
-                    isinstance(e, ast.Constant) and type(e.value) is int for e in value.elts):
+            if (
+                isinstance(value, ast.Tuple)
+                and value.elts
+                and all(isinstance(e, ast.Constant) and type(e.value) is int for e in value.elts)
+            ):
                 names = []
                 for i, e in enumerate(value.elts):
                     body.append(ast.Assign(targets=[ast.Name(f"{name}_{i}", ast.Store())], value=ast.Constant(e.value)))
@@ -117,7 +136,7 @@ def literal_sizes(path: Path, folder: Path) -> Path:
 
 def _number(p: Path) -> int:
     m = re.match(r"(\d+)_", p.name)
-    return int(m.group(1)) if m else 10 ** 9
+    return int(m.group(1)) if m else 10**9
 
 
 def _schedule(store, run_id: str, cid: Optional[str]) -> str:
@@ -148,8 +167,9 @@ def summarize_run(store, run_id: str, errors: list[str]) -> dict:
     first_pass = next((i for i, (_, r) in enumerate(search, 1) if r.passed), None)
     passed = [cid for cid, r in search if r.passed]
     best = run.best_candidate_id or (passed[0] if passed else None)
-    row = dict(run_id=run_id, evaluations=len(search), first_pass=first_pass or "-",
-               schedule=_schedule(store, run_id, best))
+    row = dict(
+        run_id=run_id, evaluations=len(search), first_pass=first_pass or "-", schedule=_schedule(store, run_id, best)
+    )
     if passed:
         row["status"] = "passed"
         row["detail"] = ""
@@ -159,8 +179,11 @@ def summarize_run(store, run_id: str, errors: list[str]) -> dict:
     else:
         row["status"] = "failed"
         first_fail = next((r for _, r in search if not r.passed), None)
-        row["detail"] = (f"{first_fail.status.value}/{first_fail.error_class}: {first_fail.message or ''}"
-                         if first_fail else "; ".join(errors) or "no candidate")
+        row["detail"] = (
+            f"{first_fail.status.value}/{first_fail.error_class}: {first_fail.message or ''}"
+            if first_fail
+            else "; ".join(errors) or "no candidate"
+        )
     timed = any(r.timing for _, r in search)
     if not timed:
         row["speedup_vs_eager"] = row["speedup_vs_torch_compile"] = NOT_MEASURED
@@ -179,8 +202,16 @@ def run_one(store, path: Path, *, budget: int, device_kind: str, trials: int, se
 
     errors: list[str] = []
     base = dict(level=level_of(path), problem=path.stem, category=category(path))
-    config = SessionConfig(problem=str(path), device=device_kind, proposer="template", budget=budget, stall=None,
-                           seed=seed, trials=trials, timeout_s=timeout_s)
+    config = SessionConfig(
+        problem=str(path),
+        device=device_kind,
+        proposer="template",
+        budget=budget,
+        stall=None,
+        seed=seed,
+        trials=trials,
+        timeout_s=timeout_s,
+    )
 
     def on_event(event):
         if event.kind == "proposal_error":
@@ -191,9 +222,18 @@ def run_one(store, path: Path, *, budget: int, device_kind: str, trials: int, se
         run_id = start(config, store, on_event=on_event)
     except Exception as exc:  # a harness that cannot judge this problem: record it, go on with the next
         text = " ".join(f"{type(exc).__name__}: {exc}".split())[:400]
-        return dict(base, status="harness_error", schedule="-", evaluations=0, first_pass="-",
-                    speedup_vs_eager="-", speedup_vs_torch_compile="-", seconds=time.monotonic() - t0, run_id="-",
-                    detail=text)
+        return dict(
+            base,
+            status="harness_error",
+            schedule="-",
+            evaluations=0,
+            first_pass="-",
+            speedup_vs_eager="-",
+            speedup_vs_torch_compile="-",
+            seconds=time.monotonic() - t0,
+            run_id="-",
+            detail=text,
+        )
     row = dict(base, **summarize_run(store, run_id, errors))
     row["seconds"] = time.monotonic() - t0
     return row
@@ -217,9 +257,14 @@ def summary_line(rows: list[dict]) -> str:
 
     g_e = geomean([r["speedup_vs_eager"] for r in rows if r["status"] == "passed"])
     g_c = geomean([r["speedup_vs_torch_compile"] for r in rows if r["status"] == "passed"])
-    beat = sum(1 for r in rows if isinstance(r["speedup_vs_torch_compile"], float) and r["speedup_vs_torch_compile"] > 1)
-    parts = [f"{len(rows)} problems: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())),
-             f"level-1 without convolutions passed {rate(l1)}", f"level-2 GEMM passed {rate(l2)}"]
+    beat = sum(
+        1 for r in rows if isinstance(r["speedup_vs_torch_compile"], float) and r["speedup_vs_torch_compile"] > 1
+    )
+    parts = [
+        f"{len(rows)} problems: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())),
+        f"level-1 without convolutions passed {rate(l1)}",
+        f"level-2 GEMM passed {rate(l2)}",
+    ]
     if g_e is not None:
         parts.append(f"geomean x eager {g_e:.3g}")
     if g_c is not None:
@@ -236,8 +281,18 @@ def markdown_table(rows: list[dict]) -> str:
     for r in rows:
         detail = str(r.get("detail", "")).replace("|", "/")
         detail = detail[:90] + ("…" if len(detail) > 90 else "")
-        cells = (r["level"], r["problem"], r["category"], r["status"], r["schedule"], r["evaluations"],
-                 r["first_pass"], _cell(r["speedup_vs_eager"]), _cell(r["speedup_vs_torch_compile"]), detail)
+        cells = (
+            r["level"],
+            r["problem"],
+            r["category"],
+            r["status"],
+            r["schedule"],
+            r["evaluations"],
+            r["first_pass"],
+            _cell(r["speedup_vs_eager"]),
+            _cell(r["speedup_vs_torch_compile"]),
+            detail,
+        )
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(lines)
 
@@ -260,8 +315,18 @@ def _write_csv(path: Path, rows: list[dict]) -> None:
     tmp.replace(path)
 
 
-def run_coverage(files: list[Path], *, budget: int, device: str, out: Path, trials: int = 2, seed: int = 0,
-                 timeout_s: float = 300.0, store_dir: Optional[Path] = None, quiet: bool = False) -> list[dict]:
+def run_coverage(
+    files: list[Path],
+    *,
+    budget: int,
+    device: str,
+    out: Path,
+    trials: int = 2,
+    seed: int = 0,
+    timeout_s: float = 300.0,
+    store_dir: Optional[Path] = None,
+    quiet: bool = False,
+) -> list[dict]:
     import evaluation
     from store import Store
 
@@ -271,20 +336,29 @@ def run_coverage(files: list[Path], *, budget: int, device: str, out: Path, tria
     rows: list[dict] = []
     with Store.open(home) as store:
         for i, path in enumerate(files, 1):
-            row = run_one(store, path, budget=budget, device_kind=device_kind, trials=trials, seed=seed,
-                          timeout_s=timeout_s)
+            row = run_one(
+                store, path, budget=budget, device_kind=device_kind, trials=trials, seed=seed, timeout_s=timeout_s
+            )
             rows.append(row)
             _write_csv(out / "coverage.csv", rows)
             if not quiet:
-                print(f"[{i}/{len(files)}] level{row['level']} {row['problem']}: {row['status']} "
-                      f"({row['schedule']}, {row['evaluations']} evals, {row['seconds']:.0f}s) {row['detail'][:160]}",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"[{i}/{len(files)}] level{row['level']} {row['problem']}: {row['status']} "
+                    f"({row['schedule']}, {row['evaluations']} evals, {row['seconds']:.0f}s) {row['detail'][:160]}",
+                    file=sys.stderr,
+                    flush=True,
+                )
     return rows
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    for key, value in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("ANONYMIZED_TELEMETRY", "False"),
-                       ("LITELLM_LOCAL_MODEL_COST_MAP", "True"), ("KSCOUT_VECTORS", "off")):
+    for key, value in (
+        ("HF_HUB_OFFLINE", "1"),
+        ("TRANSFORMERS_OFFLINE", "1"),
+        ("ANONYMIZED_TELEMETRY", "False"),
+        ("LITELLM_LOCAL_MODEL_COST_MAP", "True"),
+        ("KSCOUT_VECTORS", "off"),
+    ):
         os.environ.setdefault(key, value)
     parser = argparse.ArgumentParser(prog="python -m agent.coverage", description=__doc__.split("\n")[0])
     parser.add_argument("paths", nargs="+", help="problem files or folders of them (KernelBench format)")
@@ -295,17 +369,27 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--trials", type=int, default=2, help="correctness trials per shape")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per evaluation")
-    parser.add_argument("--literal-sizes", action="store_true",
-                        help="run copies whose integer-expression and tuple size constants are plain ints, so a "
-                             "harness that shrinks only plain constants sizes them for the CPU (see literal_sizes)")
+    parser.add_argument(
+        "--literal-sizes",
+        action="store_true",
+        help="run copies whose integer-expression and tuple size constants are plain ints, so a "
+        "harness that shrinks only plain constants sizes them for the CPU (see literal_sizes)",
+    )
     args = parser.parse_args(argv)
     out = args.out or Path(tempfile.mkdtemp(prefix="kscout-coverage-"))
     try:
         files = problem_files(args.paths, args.match)
         if args.literal_sizes:
             files = [literal_sizes(f, out / "problems") for f in files]
-        rows = run_coverage(files, budget=args.budget, device=args.device, out=out, trials=args.trials,
-                            seed=args.seed, timeout_s=args.timeout)
+        rows = run_coverage(
+            files,
+            budget=args.budget,
+            device=args.device,
+            out=out,
+            trials=args.trials,
+            seed=args.seed,
+            timeout_s=args.timeout,
+        )
     except KscoutError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

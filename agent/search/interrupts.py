@@ -43,6 +43,7 @@ class _Terminated(KeyboardInterrupt):
 @contextlib.contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
     """While inside, SIGTERM raises in the main thread like Ctrl-C instead of killing the process."""
+
     def raise_terminated(signum, frame):
         raise _Terminated()
 
@@ -70,8 +71,9 @@ def mark_interrupted(open_store: Callable, run_id: str) -> None:
     with open_store() as st:
         run = st.get_run(run_id)
         if run.status is RunStatus.running:
-            st.finish_run(run_id, status=RunStatus.interrupted, stop_reason="interrupted",
-                          best_candidate_id=run.best_candidate_id)
+            st.finish_run(
+                run_id, status=RunStatus.interrupted, stop_reason="interrupted", best_candidate_id=run.best_candidate_id
+            )
 
 
 def guarded_session(open_store: Callable, run: Callable[[], str], current_run: Callable[[], Optional[str]]) -> str:

@@ -40,8 +40,12 @@ def _versions(summary: RunSummary) -> str:
     env = summary.env
     if env is None:
         return "environment not recorded"
-    parts = [f"torch {env.torch_version}", f"Triton {env.triton_version}", f"Python {env.python_version}",
-             f"kernelscout {env.kernelscout_version}"]
+    parts = [
+        f"torch {env.torch_version}",
+        f"Triton {env.triton_version}",
+        f"Python {env.python_version}",
+        f"kernelscout {env.kernelscout_version}",
+    ]
     if env.driver_version:
         parts.insert(0, f"driver {env.driver_version}")
     if env.cuda_version:
@@ -71,8 +75,10 @@ def verdict_lines(summary: RunSummary, kernel: KernelView) -> list[str]:
         if v.uncovered_cases:
             lines.append(f"  not timed: {', '.join(v.uncovered_cases)}")
     if not kernel.picked:
-        lines.append("not the run's pick: " + (summary.note if summary.best is None else
-                                                 f"the run picked {summary.best.candidate_id[:12]}"))
+        lines.append(
+            "not the run's pick: "
+            + (summary.note if summary.best is None else f"the run picked {summary.best.candidate_id[:12]}")
+        )
     return lines
 
 

@@ -19,14 +19,14 @@ STALE = "stale"
 
 
 def process_mark(pid: int) -> Optional[str]:
-    """"<boot id>:<start time in clock ticks>" of a live process, or None where /proc does not say."""
+    """ "<boot id>:<start time in clock ticks>" of a live process, or None where /proc does not say."""
     try:
         boot = open("/proc/sys/kernel/random/boot_id").read().strip()
         stat = open(f"/proc/{pid}/stat").read()
     except OSError:
         return None
     # Field 22 (starttime) counted after the command name, which may itself hold spaces and parentheses.
-    fields = stat[stat.rindex(")") + 2:].split()
+    fields = stat[stat.rindex(")") + 2 :].split()
     return f"{boot}:{fields[19]}"
 
 

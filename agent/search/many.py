@@ -27,10 +27,15 @@ from pydantic import ValidationError
 
 from agent import Frozen
 from agent.search.executors import Executor
-from evaluation.errors import KscoutError
 from agent.search.session import (
-    Interrupted, SessionConfig, SessionError, SessionEvent, SharedSpend, start,
+    Interrupted,
+    SessionConfig,
+    SessionError,
+    SessionEvent,
+    SharedSpend,
+    start,
 )
+from evaluation.errors import KscoutError
 
 # Options that decide the executor: searches agreeing on these share one.
 EXECUTOR_FIELDS = ("executor", "device", "workers", "timeout_s", "trials", "ray_resource")
@@ -106,18 +111,23 @@ def plan(problems: list[str], base: dict[str, Any], manifest: Optional[Manifest]
     for i, entry in enumerate(entries, 1):
         shared = [k for k in ("minutes", "max_cost_usd") if entry.get(k) is not None]
         if shared:
-            raise SessionError(f"search {i} ({entry.get('problem')}): {', '.join(shared)} is shared by all searches "
-                               f"of optimize-many; set it once (--minutes/--max-cost or the manifest's [shared])")
+            raise SessionError(
+                f"search {i} ({entry.get('problem')}): {', '.join(shared)} is shared by all searches "
+                f"of optimize-many; set it once (--minutes/--max-cost or the manifest's [shared])"
+            )
         try:
             configs.append(SessionConfig.model_validate(entry).check())
         except ValidationError as exc:
             first = exc.errors()[0]
-            raise SessionError(f"search {i} ({entry.get('problem')}): {'.'.join(map(str, first['loc']))}: "
-                               f"{first['msg']}") from None
+            raise SessionError(
+                f"search {i} ({entry.get('problem')}): {'.'.join(map(str, first['loc']))}: {first['msg']}"
+            ) from None
     locals_ = {tuple(getattr(c, f) for f in EXECUTOR_FIELDS) for c in configs if c.executor == "local"}
     if len(locals_) > 1:
-        raise SessionError("searches on the local executor share one executor (one machine, one device): give "
-                           "them the same device, workers, trials and timeout")
+        raise SessionError(
+            "searches on the local executor share one executor (one machine, one device): give "
+            "them the same device, workers, trials and timeout"
+        )
     return configs
 
 
@@ -125,9 +135,15 @@ def executor_key(config: SessionConfig) -> tuple:
     return tuple(getattr(config, f) for f in EXECUTOR_FIELDS)
 
 
-def run_many(configs: list[SessionConfig], store, *, shared: Shared = Shared(), ray_address: Optional[str] = None,
-             on_event: Optional[OnManyEvent] = None,
-             executors: Optional[dict[tuple, Executor]] = None) -> ManyResult:
+def run_many(
+    configs: list[SessionConfig],
+    store,
+    *,
+    shared: Shared = Shared(),
+    ray_address: Optional[str] = None,
+    on_event: Optional[OnManyEvent] = None,
+    executors: Optional[dict[tuple, Executor]] = None,
+) -> ManyResult:
     """Run every search, `concurrency` at a time, until each finishes, fails or is interrupted.
 
     `executors` (by `executor_key`) are used as given and left open; the others are made here and
@@ -139,8 +155,9 @@ def run_many(configs: list[SessionConfig], store, *, shared: Shared = Shared(), 
     given = dict(executors or {})
     made: dict[tuple, Executor] = {}
     emit = on_event or (lambda i, e: None)
-    concurrency = shared.concurrency or (len(configs) if all(c.executor == "ray" for c in configs)
-                                         else min(len(configs), LOCAL_CONCURRENCY))
+    concurrency = shared.concurrency or (
+        len(configs) if all(c.executor == "ray" for c in configs) else min(len(configs), LOCAL_CONCURRENCY)
+    )
     _load_knowledge_once(store)
     failed: dict[tuple, str] = {}
     executors: dict[tuple, Executor] = dict(given)
@@ -169,16 +186,27 @@ def run_many(configs: list[SessionConfig], store, *, shared: Shared = Shared(), 
         if executor_key(config) in failed:
             return SearchOutcome(problem=config.problem, state="failed", reason=failed[executor_key(config)])
         left = None if deadline is None else (deadline - time.monotonic()) / 60.0
-        run_config = config if shared.max_cost_usd is None else config.model_copy(
-            update={"max_cost_usd": shared.max_cost_usd})
+        run_config = (
+            config if shared.max_cost_usd is None else config.model_copy(update={"max_cost_usd": shared.max_cost_usd})
+        )
         try:
-            run_id = start(run_config, store, executor=executors[executor_key(config)], on_event=relay,
-                           shared_spend=spend, max_minutes=left)
+            run_id = start(
+                run_config,
+                store,
+                executor=executors[executor_key(config)],
+                on_event=relay,
+                shared_spend=spend,
+                max_minutes=left,
+            )
         except Interrupted as exc:
             return SearchOutcome(problem=config.problem, run_id=exc.run_id, state="interrupted")
         except Exception as exc:
-            return SearchOutcome(problem=config.problem, run_id=run_ids[0] if run_ids else None, state="failed",
-                                 reason=f"{type(exc).__name__}: {exc}")
+            return SearchOutcome(
+                problem=config.problem,
+                run_id=run_ids[0] if run_ids else None,
+                state="failed",
+                reason=f"{type(exc).__name__}: {exc}",
+            )
         return SearchOutcome(problem=config.problem, run_id=run_id, state="finished")
 
     pool = None
@@ -210,8 +238,11 @@ def run_many(configs: list[SessionConfig], store, *, shared: Shared = Shared(), 
             pool.shutdown(wait=True)
         for ex in reversed(list(made.values())):  # the executor that started Ray closes last
             ex.close()
-    return ManyResult(outcomes=tuple(outcomes[i] for i in range(len(configs))), elapsed_s=time.monotonic() - t0,
-                      cost_usd=spend.spent_usd)
+    return ManyResult(
+        outcomes=tuple(outcomes[i] for i in range(len(configs))),
+        elapsed_s=time.monotonic() - t0,
+        cost_usd=spend.spent_usd,
+    )
 
 
 def _load_knowledge_once(store) -> None:

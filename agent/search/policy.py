@@ -30,7 +30,6 @@ import math
 from typing import Optional
 
 from agent import Frozen
-
 from agent.proposers.base import Action
 
 _FAILED = frozenset({"compile_error", "incorrect", "rejected", "crashed", "timed_out"})
@@ -203,9 +202,7 @@ def decide(tree: Tree, config: PolicyConfig = PolicyConfig()) -> Decision:
         )
 
     passing = [n for n in evaluated if n.passed]
-    eligible = [
-        n for n in passing if tree.trailing_failed_children(n.candidate_id) < config.branch_failure_limit
-    ]
+    eligible = [n for n in passing if tree.trailing_failed_children(n.candidate_id) < config.branch_failure_limit]
     if not eligible:
         why = (
             "no candidate has passed yet"
@@ -245,9 +242,14 @@ def _breadth(tree: Tree, eligible: list[Node], order: dict[str, int], config: Po
     best = min(eligible, key=key)
     cid = best.candidate_id
     kids = tree.evaluated_children(cid)
-    why = (f"nothing is timed here, so breadth: {cid[:12]} is the shallowest passing node (depth "
-           f"{tree.depth(cid)}) with {kids} of {config.breadth} children and {tree.failures(cid)} failures")
+    why = (
+        f"nothing is timed here, so breadth: {cid[:12]} is the shallowest passing node (depth "
+        f"{tree.depth(cid)}) with {kids} of {config.breadth} children and {tree.failures(cid)} failures"
+    )
     if kids:
-        return Decision(action=Action.sibling, node_id=cid,
-                        reason=f"{why}; ask for a different kind of change than its children made")
+        return Decision(
+            action=Action.sibling,
+            node_id=cid,
+            reason=f"{why}; ask for a different kind of change than its children made",
+        )
     return Decision(action=Action.refine, node_id=cid, reason=why)

@@ -30,7 +30,7 @@ def _svg(fig) -> str:
     buf = io.StringIO()
     fig.savefig(buf, format="svg", bbox_inches="tight")
     text = buf.getvalue()
-    return text[text.index("<svg"):]
+    return text[text.index("<svg") :]
 
 
 def _figure():
@@ -58,8 +58,9 @@ def speed_svg(s: RunSummary) -> str:
     ax = fig.subplots()
     xs = [p.index for p in s.points]
     nan = float("nan")
-    ax.step(xs, [p.best_so_far if p.best_so_far is not None else nan for p in s.points], where="post",
-            label="best so far")
+    ax.step(
+        xs, [p.best_so_far if p.best_so_far is not None else nan for p in s.points], where="post", label="best so far"
+    )
     ax.scatter(xs, [p.speedup if p.speedup is not None else nan for p in s.points], s=12, label="this evaluation")
     ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--", label="eager")
     comp = compile_over_eager(s)
@@ -84,8 +85,7 @@ def errors_svg(s: RunSummary) -> Optional[str]:
     ax = fig.subplots()
     ys = list(range(len(checks)))
     tiny = 1e-12  # an exact result (error 0) still needs a place on a log axis
-    ax.scatter([max(c.max_abs_error, tiny) for c in checks], ys, marker="o", color="tab:blue",
-               label="max abs error")
+    ax.scatter([max(c.max_abs_error, tiny) for c in checks], ys, marker="o", color="tab:blue", label="max abs error")
     ax.scatter([c.atol for c in checks], ys, marker="|", s=200, color="tab:red", label="atol")
     ax.set_xscale("log")
     ax.set_yticks(ys)
@@ -124,9 +124,14 @@ def tree(s: RunSummary) -> list[dict]:
 
     def node(n, seen: frozenset) -> dict:
         parent = n.parent_id if n.parent_id in ids and n.parent_id != n.candidate_id else None
-        return {"n": n, "anchor": anchor(n.candidate_id), "parent_anchor": anchor(parent) if parent else None,
-                "children": [node(k, seen | {k.candidate_id}) for k in kids.get(n.candidate_id, [])
-                             if k.candidate_id not in seen]}
+        return {
+            "n": n,
+            "anchor": anchor(n.candidate_id),
+            "parent_anchor": anchor(parent) if parent else None,
+            "children": [
+                node(k, seen | {k.candidate_id}) for k in kids.get(n.candidate_id, []) if k.candidate_id not in seen
+            ],
+        }
 
     return [node(n, frozenset({n.candidate_id})) for n in kids.get(None, [])]
 

@@ -22,11 +22,10 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Callable, Iterator, Literal, Optional
 
 from agent import Frozen
-
+from agent.proposers.base import Action, ParentInfo, Proposal, ProposeRequest
 from agent.search import writeback
 from agent.search.executors import DEFAULT_EXECUTOR, EXECUTORS, Cancelled, Executor, make_executor
 from agent.search.policy import Node, PolicyConfig, Tree, decide
-from agent.proposers.base import Action, ParentInfo, Proposal, ProposeRequest
 from agent.search.stopping import Progress, StopReason, measured_speedup, should_stop
 from evaluation.errors import KscoutError
 from evaluation.records import BASELINES, EvalResult, Fingerprint, ProblemInfo, source_sha256
@@ -112,14 +111,21 @@ class SessionConfig(_Frozen):
     dtypes: tuple[str, ...] = ()  # the declared dtypes this search proves and times (empty: all of them)
     executor: str = DEFAULT_EXECUTOR  # where candidates run: "local" | "ray" (agent.search.executors)
     ray_resource: Optional[str] = None  # a custom Ray resource every task requests (routes to that hardware)
-    sandbox: Optional[Literal["auto", "required", "off"]] = None  # the evaluator's OS sandbox (None: $KSCOUT_SANDBOX or auto)
+    sandbox: Optional[Literal["auto", "required", "off"]] = (
+        None  # the evaluator's OS sandbox (None: $KSCOUT_SANDBOX or auto)
+    )
     tolerance: Literal["strict", "kernelbench"] = "strict"  # the policy every candidate is judged under
 
     def load_problem(self, device_kind: str) -> ProblemInfo:
         import evaluation
 
-        return evaluation.load_problem(self.problem, device=device_kind, timed=list(self.time_cases) or None,
-                                       dtypes=list(self.dtypes) or None, tolerance=self.tolerance)
+        return evaluation.load_problem(
+            self.problem,
+            device=device_kind,
+            timed=list(self.time_cases) or None,
+            dtypes=list(self.dtypes) or None,
+            tolerance=self.tolerance,
+        )
 
     def check(self) -> "SessionConfig":
         if self.budget < 1:
@@ -137,13 +143,25 @@ class SessionConfig(_Frozen):
         return self
 
     def make_executor(self, ray_address: Optional[str] = None) -> Executor:
-        return make_executor(self.executor, device=self.device, workers=self.workers, timeout_s=self.timeout_s,
-                             trials=self.trials, ray_address=ray_address, ray_resource=self.ray_resource,
-                             sandbox=self.sandbox)
+        return make_executor(
+            self.executor,
+            device=self.device,
+            workers=self.workers,
+            timeout_s=self.timeout_s,
+            trials=self.trials,
+            ray_address=ray_address,
+            ray_resource=self.ray_resource,
+            sandbox=self.sandbox,
+        )
 
     def stop_rule(self) -> StopRule:
-        return StopRule(max_evaluations=self.budget, max_minutes=self.minutes, target_speedup=self.target_speedup,
-                        stall_limit=self.stall, max_cost_usd=self.max_cost_usd)
+        return StopRule(
+            max_evaluations=self.budget,
+            max_minutes=self.minutes,
+            target_speedup=self.target_speedup,
+            stall_limit=self.stall,
+            max_cost_usd=self.max_cost_usd,
+        )
 
     def policy(self) -> PolicyConfig:
         restart_after = 8 if self.stall is None else max(2, min(8, self.stall // 2))
@@ -178,9 +196,17 @@ def make_proposer(config: SessionConfig, run_id: str, store, spent_usd: float = 
     if config.proposer == "llm":
         from agent.proposers.llm import LLMProposer
 
-        return LLMProposer(config.model or "", api_base=config.api_base, run_id=run_id, on_call=store.record_llm_call,
-                           timeout_s=config.llm_timeout_s, attempts=config.llm_attempts,
-                           backoff_s=config.llm_backoff_s, max_cost_usd=config.max_cost_usd, spent_usd=spent_usd)
+        return LLMProposer(
+            config.model or "",
+            api_base=config.api_base,
+            run_id=run_id,
+            on_call=store.record_llm_call,
+            timeout_s=config.llm_timeout_s,
+            attempts=config.llm_attempts,
+            backoff_s=config.llm_backoff_s,
+            max_cost_usd=config.max_cost_usd,
+            spent_usd=spent_usd,
+        )
     from agent.proposers.template import TemplateProposer
 
     return TemplateProposer(schedule_hints=store.schedule_hints)
@@ -189,9 +215,19 @@ def make_proposer(config: SessionConfig, run_id: str, store, spent_usd: float = 
 class Session:
     """One search on one executor; the executor belongs to the caller (`start`, `resume`, optimize-many)."""
 
-    def __init__(self, store, run: RunRecord, config: SessionConfig, problem: ProblemInfo, fingerprint: Fingerprint,
-                 *, executor: Executor, proposer=None, on_event: Optional[OnEvent] = None,
-                 shared_spend: Optional[SharedSpend] = None):
+    def __init__(
+        self,
+        store,
+        run: RunRecord,
+        config: SessionConfig,
+        problem: ProblemInfo,
+        fingerprint: Fingerprint,
+        *,
+        executor: Executor,
+        proposer=None,
+        on_event: Optional[OnEvent] = None,
+        shared_spend: Optional[SharedSpend] = None,
+    ):
         self.store, self.run, self.config, self.problem, self.fp = store, run, config, problem, fingerprint
         self.rule = run.stop_rule
         self.on_event = on_event or (lambda event: None)
@@ -232,8 +268,13 @@ class Session:
     def _node(self, c: CandidateRecord) -> Node:
         done = self.results.get(c.candidate_id)
         speed = measured_speedup(done[1]) if done else None
-        return Node(candidate_id=c.candidate_id, parent_id=c.parent_id, action=c.policy_action or "seed",
-                    status=done[1].status.value if done else None, speedup=speed.ratio if speed else None)
+        return Node(
+            candidate_id=c.candidate_id,
+            parent_id=c.parent_id,
+            action=c.policy_action or "seed",
+            status=done[1].status.value if done else None,
+            speedup=speed.ratio if speed else None,
+        )
 
     def tree(self) -> Tree:
         evaluated = [self.candidates[cid] for cid in self.results if cid in self.candidates]
@@ -271,14 +312,23 @@ class Session:
             best_significant_speedup=self.best_measured(),
             evaluations_since_improvement=self.since_improvement(),
             cost_usd=self.shared_spend.spent_usd if self.shared_spend else self.cost_usd,
-            proposer_exhausted=self.exhausted, empty_steps_in_a_row=self.empty_steps,
+            proposer_exhausted=self.exhausted,
+            empty_steps_in_a_row=self.empty_steps,
         )
 
     def _emit(self, kind: EventKind, message: str, **extra) -> None:
-        self.on_event(SessionEvent(kind=kind, run_id=self.run.run_id, message=message,
-                                   evaluations=self.paid_evaluations, budget=self.rule.max_evaluations,
-                                   best_speedup=self.best_measured(), failures_by_kind=self.failures_by_kind(),
-                                   **extra))
+        self.on_event(
+            SessionEvent(
+                kind=kind,
+                run_id=self.run.run_id,
+                message=message,
+                evaluations=self.paid_evaluations,
+                budget=self.rule.max_evaluations,
+                best_speedup=self.best_measured(),
+                failures_by_kind=self.failures_by_kind(),
+                **extra,
+            )
+        )
 
     # -- context ---------------------------------------------------------------------------------
     def context_text(self) -> str:
@@ -286,35 +336,53 @@ class Session:
         if self._context is None:
             from knowledge.context import build_context
 
-            self._context = build_context(self.store, self.problem, self.fp.device_name, self.fp.arch,
-                                          token_budget=self.config.context_tokens)
+            self._context = build_context(
+                self.store, self.problem, self.fp.device_name, self.fp.arch, token_budget=self.config.context_tokens
+            )
         text = self._context.render()
         known = {i.ref_id for i in self._context.items if i.section == "failure"}
-        fresh = [f for f in self.store.failure_patterns(op_family=self.problem.op_family, arch=self.fp.arch, limit=10)
-                 if f.signature not in known]
+        fresh = [
+            f
+            for f in self.store.failure_patterns(op_family=self.problem.op_family, arch=self.fp.arch, limit=10)
+            if f.signature not in known
+        ]
         if fresh:
             text += "\n\n## Failures seen since this search started\n" + "\n".join(
-                f"- {f.stage}/{f.error_class} seen {f.count}x: {f.message_shape}" for f in fresh)
+                f"- {f.stage}/{f.error_class} seen {f.count}x: {f.message_shape}" for f in fresh
+            )
         return text
 
     # -- one step --------------------------------------------------------------------------------
     def _parent_info(self, cid: str) -> ParentInfo:
         c = self.candidates[cid]
         done = self.results.get(cid)
-        return ParentInfo(candidate_id=cid, source=c.source, knobs=json.loads(c.knobs_json or "{}"),
-                          transformation_tags=c.transformation_tags, result=done[1] if done else None)
+        return ParentInfo(
+            candidate_id=cid,
+            source=c.source,
+            knobs=json.loads(c.knobs_json or "{}"),
+            transformation_tags=c.transformation_tags,
+            result=done[1] if done else None,
+        )
 
     def _propose(self, decision, n: int) -> tuple[list[Proposal], str]:
         if decision.action is Action.seed and self.problem.seed_source and not self.candidates:
-            return [Proposal(source=self.problem.seed_source, rationale="the problem's shipped seed kernel")], \
-                SEED_PROPOSER
+            return [
+                Proposal(source=self.problem.seed_source, rationale="the problem's shipped seed kernel")
+            ], SEED_PROPOSER
         parent = self._parent_info(decision.node_id) if decision.node_id else None
         context_text = self.context_text()  # builds the context first: the hints come from it
         hints = tuple(self._context.seed_hints()) if self._context is not None else ()
         request = ProposeRequest(
-            problem=self.problem, device=self.fp.device_kind if self.fp.device_kind == "cpu" else "cuda",
-            arch=self.fp.arch, device_name=self.fp.device_name, action=decision.action, parent=parent, n=n,
-            seen_sha256=frozenset(self.candidates), context_text=context_text, seed_hints=hints,
+            problem=self.problem,
+            device=self.fp.device_kind if self.fp.device_kind == "cpu" else "cuda",
+            arch=self.fp.arch,
+            device_name=self.fp.device_name,
+            action=decision.action,
+            parent=parent,
+            n=n,
+            seen_sha256=frozenset(self.candidates),
+            context_text=context_text,
+            seed_hints=hints,
             rng_seed=self.config.seed * 1_000_003 + len(self.candidates),
         )
         result = self.proposer.propose(request)
@@ -347,16 +415,26 @@ class Session:
         for p in proposals[:remaining]:
             cid = source_sha256(p.source)
             if cid in self.candidates:
-                self._emit("duplicate", f"{cid[:12]} was already proposed in this run; not evaluated again",
-                           candidate_id=cid)
+                self._emit(
+                    "duplicate", f"{cid[:12]} was already proposed in this run; not evaluated again", candidate_id=cid
+                )
                 continue
             c = CandidateRecord(
-                candidate_id=cid, run_id=self.run.run_id, parent_id=parent_id,
-                generation=generation, proposer=proposer_name,
-                model=self.config.model if proposer_name == "llm" else None, prompt_template=p.template_name,
-                prompt_sha256=p.template_sha256, rationale=p.rationale, transformation_tags=p.transformation_tags,
-                knobs_json=json.dumps(p.knobs, sort_keys=True, default=str), policy_action=decision.action.value,
-                policy_reason=decision.reason, source=p.source, created_at=utc_now(),
+                candidate_id=cid,
+                run_id=self.run.run_id,
+                parent_id=parent_id,
+                generation=generation,
+                proposer=proposer_name,
+                model=self.config.model if proposer_name == "llm" else None,
+                prompt_template=p.template_name,
+                prompt_sha256=p.template_sha256,
+                rationale=p.rationale,
+                transformation_tags=p.transformation_tags,
+                knobs_json=json.dumps(p.knobs, sort_keys=True, default=str),
+                policy_action=decision.action.value,
+                policy_reason=decision.reason,
+                source=p.source,
+                created_at=utc_now(),
             )
             self.store.add_candidate(c)
             self.candidates[cid] = c
@@ -370,8 +448,11 @@ class Session:
         """A stored search evaluation of the same source on this environment and problem, from another run."""
         env = self.fp.key()
         for _, run_id, _, result in reversed(self.store.evaluations(candidate_id=cid, kind="search")):
-            if run_id != self.run.run_id and result.fingerprint.key() == env and \
-                    result.problem_id == self.problem.problem_id:
+            if (
+                run_id != self.run.run_id
+                and result.fingerprint.key() == env
+                and result.problem_id == self.problem.problem_id
+            ):
                 return result
         return None
 
@@ -385,8 +466,13 @@ class Session:
             self.reused.add(cid)
         speed = measured_speedup(result)
         detail = f"{speed.ratio:.3g}x vs eager" if speed else (result.error_class or "")
-        self._emit("evaluated", f"{cid[:12]} {result.status.value}{' ' + detail if detail else ''}"
-                   f"{' (reused from an earlier run)' if reused else ''}", candidate_id=cid, status=result.status.value)
+        self._emit(
+            "evaluated",
+            f"{cid[:12]} {result.status.value}{' ' + detail if detail else ''}"
+            f"{' (reused from an earlier run)' if reused else ''}",
+            candidate_id=cid,
+            status=result.status.value,
+        )
 
     def _baselines(self, cids: list[str]) -> tuple[str, ...]:
         """torch.compile is timed with the seed and in the final re-measure; eager with every candidate
@@ -406,60 +492,84 @@ class Session:
             todo.append(cid)
         if not todo:
             return
-        batch = self.executor.evaluate_batch([self.candidates[cid].source for cid in todo], self.problem,
-                                             baselines=self._baselines(todo))
+        batch = self.executor.evaluate_batch(
+            [self.candidates[cid].source for cid in todo], self.problem, baselines=self._baselines(todo)
+        )
         for i, result in batch:
             cid = todo[i]
             c = self.candidates[cid]
-            eval_id = writeback.record(self.store, self.run.run_id, c, result, self.problem, self.fp,
-                                       parent_eval_id=self._parent_eval(c))
+            eval_id = writeback.record(
+                self.store, self.run.run_id, c, result, self.problem, self.fp, parent_eval_id=self._parent_eval(c)
+            )
             self._landed(cid, eval_id, result, reused=False)
 
     # -- the whole run -----------------------------------------------------------------------------
     def run_search(self) -> StopReason:
         evaluations = [(e, cid, r) for cid, (e, r) in self.results.items() if cid not in self.reused]
-        writeback.backfill(self.store, self.run.run_id, self.candidates, evaluations, self.problem, self.fp,
-                           {cid: e for cid, (e, _) in self.results.items()})
-        self._emit("started", f"run {self.run.run_id}: {self.problem.name} on {self.fp.device_name}, "
-                              f"{self.paid_evaluations} of {self.rule.max_evaluations} evaluations done")
+        writeback.backfill(
+            self.store,
+            self.run.run_id,
+            self.candidates,
+            evaluations,
+            self.problem,
+            self.fp,
+            {cid: e for cid, (e, _) in self.results.items()},
+        )
+        self._emit(
+            "started",
+            f"run {self.run.run_id}: {self.problem.name} on {self.fp.device_name}, "
+            f"{self.paid_evaluations} of {self.rule.max_evaluations} evaluations done",
+        )
         while (reason := should_stop(self.rule, self.progress())) is None:
             self.step()
         return reason
 
     def _remeasure(self, cids: list[str]) -> dict[str, EvalResult]:
         """Re-time the top candidates interleaved with eager; store each as a `remeasure` evaluation."""
-        rm = self.executor.remeasure({cid: self.candidates[cid].source for cid in cids}, self.problem,
-                                     rounds=self.config.remeasure_rounds, baselines=BASELINES)
+        rm = self.executor.remeasure(
+            {cid: self.candidates[cid].source for cid in cids},
+            self.problem,
+            rounds=self.config.remeasure_rounds,
+            baselines=BASELINES,
+        )
         out = {}
         for rc in rm.candidates:
             cid = rc.name
             if cid not in self.candidates or not rc.cases:
-                self._emit("remeasured", f"{cid[:12]}: no numbers ({rc.error or rm.note or 'not timed'})",
-                           candidate_id=cid)
+                self._emit(
+                    "remeasured", f"{cid[:12]}: no numbers ({rc.error or rm.note or 'not timed'})", candidate_id=cid
+                )
                 continue
             result = writeback.remeasure_as_eval(rc, rm, self.results[cid][1])
             self.store.add_evaluation(self.run.run_id, cid, result, kind="remeasure")
             out[cid] = result
             speed = measured_speedup(result)
-            said = (f"{speed.ratio:.3g}x [{speed.ratio_low:.3g}, {speed.ratio_high:.3g}] vs eager"
-                    if speed is not None else "no speedup vs eager")
+            said = (
+                f"{speed.ratio:.3g}x [{speed.ratio_low:.3g}, {speed.ratio_high:.3g}] vs eager"
+                if speed is not None
+                else "no speedup vs eager"
+            )
             self._emit("remeasured", f"{cid[:12]}: {said} over {rm.rounds} rounds", candidate_id=cid)
         return out
 
     def choose_best(self) -> Optional[str]:
         passed = [cid for cid, (_, r) in self.results.items() if r.passed]
-        measured = sorted(((m.ratio, cid) for cid in passed if (m := measured_speedup(self.results[cid][1]))),
-                          reverse=True)
+        measured = sorted(
+            ((m.ratio, cid) for cid in passed if (m := measured_speedup(self.results[cid][1]))), reverse=True
+        )
         seeds = [cid for cid in passed if self.candidates[cid].proposer == SEED_PROPOSER]
         top = [cid for _, cid in measured[: self.config.remeasure_top]]
-        top += [cid for cid in seeds if cid not in top and measured_speedup(self.results[cid][1])]  # x seed, same process
+        top += [
+            cid for cid in seeds if cid not in top and measured_speedup(self.results[cid][1])
+        ]  # x seed, same process
         remeasured = self._remeasure(top) if measured else {}
         return pick_best(passed, bool(measured), remeasured, seeds)
 
     def finish(self, reason: StopReason) -> Optional[str]:
         best = self.choose_best()
-        self.store.finish_run(self.run.run_id, status=RunStatus.finished, stop_reason=reason.value,
-                              best_candidate_id=best)
+        self.store.finish_run(
+            self.run.run_id, status=RunStatus.finished, stop_reason=reason.value, best_candidate_id=best
+        )
         self._emit("finished", f"stopped: {reason.value}", candidate_id=best)
         return best
 
@@ -472,14 +582,22 @@ class Session:
             return self.finish(self.run_search())
         except (KeyboardInterrupt, Cancelled):
             self.executor.cancel()
-            self.store.finish_run(self.run.run_id, status=INTERRUPTED_STATUS,
-                                  stop_reason=StopReason.interrupted.value, best_candidate_id=None)
+            self.store.finish_run(
+                self.run.run_id,
+                status=INTERRUPTED_STATUS,
+                stop_reason=StopReason.interrupted.value,
+                best_candidate_id=None,
+            )
             self._emit("finished", f"interrupted: continue with `kscout resume {self.run.run_id}`")
             raise Interrupted(self.run.run_id) from None
         except Exception as exc:
             first = str(exc).splitlines()[0][:200] if str(exc) else ""
-            self.store.finish_run(self.run.run_id, status=RunStatus.failed, best_candidate_id=None,
-                                  stop_reason=f"error: {type(exc).__name__}" + (f": {first}" if first else ""))
+            self.store.finish_run(
+                self.run.run_id,
+                status=RunStatus.failed,
+                best_candidate_id=None,
+                stop_reason=f"error: {type(exc).__name__}" + (f": {first}" if first else ""),
+            )
             raise
 
 
@@ -516,9 +634,17 @@ def _executor(config: SessionConfig, executor: Optional[Executor], ray_address: 
         made.close()
 
 
-def start(config: SessionConfig, store, *, on_event: Optional[OnEvent] = None, proposer=None,
-          executor: Optional[Executor] = None, ray_address: Optional[str] = None,
-          shared_spend: Optional[SharedSpend] = None, max_minutes: Optional[float] = None) -> str:
+def start(
+    config: SessionConfig,
+    store,
+    *,
+    on_event: Optional[OnEvent] = None,
+    proposer=None,
+    executor: Optional[Executor] = None,
+    ray_address: Optional[str] = None,
+    shared_spend: Optional[SharedSpend] = None,
+    max_minutes: Optional[float] = None,
+) -> str:
     """Create the run (stop rule fixed and written first), search, finish; returns the run id.
 
     The executor (given, or made from `config.executor`) decides the device and reports the
@@ -533,20 +659,47 @@ def start(config: SessionConfig, store, *, on_event: Optional[OnEvent] = None, p
         rule = config.stop_rule()
         if max_minutes is not None and (rule.max_minutes is None or max_minutes < rule.max_minutes):
             rule = rule.model_copy(update={"max_minutes": max_minutes})
-        run = RunRecord(run_id=new_run_id(), problem_id=problem.problem_id, problem_name=problem.name,
-                        op_family=problem.op_family, device=fp.device_kind, arch=fp.arch, env_id=env_id,
-                        proposer=config.proposer, model=config.model, seed=config.seed, stop_rule=rule,
-                        started_at=utc_now(), config_json=config.model_dump_json())
+        run = RunRecord(
+            run_id=new_run_id(),
+            problem_id=problem.problem_id,
+            problem_name=problem.name,
+            op_family=problem.op_family,
+            device=fp.device_kind,
+            arch=fp.arch,
+            env_id=env_id,
+            proposer=config.proposer,
+            model=config.model,
+            seed=config.seed,
+            stop_rule=rule,
+            started_at=utc_now(),
+            config_json=config.model_dump_json(),
+        )
         store.create_run(run)
-        session = Session(store, run, config, problem, fp, executor=ex, proposer=proposer, on_event=on_event,
-                          shared_spend=shared_spend)
+        session = Session(
+            store,
+            run,
+            config,
+            problem,
+            fp,
+            executor=ex,
+            proposer=proposer,
+            on_event=on_event,
+            shared_spend=shared_spend,
+        )
         session.run_to_end()
     return run.run_id
 
 
-def resume(run_id: str, store, *, on_event: Optional[OnEvent] = None, proposer=None,
-           executor: Optional[Executor] = None, executor_name: Optional[str] = None,
-           ray_address: Optional[str] = None) -> str:
+def resume(
+    run_id: str,
+    store,
+    *,
+    on_event: Optional[OnEvent] = None,
+    proposer=None,
+    executor: Optional[Executor] = None,
+    executor_name: Optional[str] = None,
+    ray_address: Optional[str] = None,
+) -> str:
     """Continue a run that did not finish (crashed, killed, interrupted) on the same environment.
 
     `executor_name` runs the rest on another executor than the run started with (its device must
@@ -556,18 +709,23 @@ def resume(run_id: str, store, *, on_event: Optional[OnEvent] = None, proposer=N
         raise SessionError(f"run {run.run_id} already finished ({run.stop_reason}); nothing to resume")
     config = SessionConfig.model_validate_json(run.config_json)
     if executor_name is not None and executor_name != config.executor:
-        config = config.model_copy(update={"executor": executor_name,
-                                           "ray_resource": config.ray_resource if executor_name == "ray" else None})
+        config = config.model_copy(
+            update={"executor": executor_name, "ray_resource": config.ray_resource if executor_name == "ray" else None}
+        )
     config.check()
     with _executor(config, executor, ray_address) as ex:
         fp = ex.environment()
         if fp.key() != run.env_id:
-            raise SessionError(f"run {run.run_id} ran on environment {run.env_id}, this is {fp.key()} "
-                               f"({fp.device_name}); resume it where it started")
+            raise SessionError(
+                f"run {run.run_id} ran on environment {run.env_id}, this is {fp.key()} "
+                f"({fp.device_name}); resume it where it started"
+            )
         problem = config.load_problem(fp.device_kind)
         if problem.problem_id != run.problem_id:
-            raise SessionError(f"problem {config.problem!r} changed since run {run.run_id} started "
-                               f"({run.problem_id} -> {problem.problem_id})")
+            raise SessionError(
+                f"problem {config.problem!r} changed since run {run.run_id} started "
+                f"({run.problem_id} -> {problem.problem_id})"
+            )
         session = Session(store, run, config, problem, fp, executor=ex, proposer=proposer, on_event=on_event)
         session.run_to_end()
     return run.run_id

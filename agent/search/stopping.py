@@ -12,7 +12,6 @@ import enum
 from typing import Optional
 
 from agent import Frozen
-
 from evaluation.records import EvalResult, MeasuredSpeedup
 from store.records import StopRule
 

@@ -205,45 +205,90 @@ def _timed_ids(problem: Optional[ProblemInfo]) -> tuple[str, ...]:
     return tuple(c.case_id for c in cases)
 
 
-def verdict_of(result: EvalResult, kind: Literal["remeasure", "search"], timed_ids: tuple[str, ...] = (),
-               seed_result: Optional[EvalResult] = None) -> Optional[Verdict]:
+def verdict_of(
+    result: EvalResult,
+    kind: Literal["remeasure", "search"],
+    timed_ids: tuple[str, ...] = (),
+    seed_result: Optional[EvalResult] = None,
+) -> Optional[Verdict]:
     """The kernel's numbers from one evaluation; `seed_result`: the seed in the same re-measure."""
     if not result.timing:
         return None
     seed_p = {t.case_id: t.candidate for t in seed_result.timing} if seed_result else {}
     cases = []
     for t in result.timing:
-        vs = {s.baseline: Ratio(ratio=s.ratio, low=s.ratio_low, high=s.ratio_high) for s in t.speedups
-              if s.ratio > 0 and s.ratio_low > 0 and s.ratio_high > 0}
+        vs = {
+            s.baseline: Ratio(ratio=s.ratio, low=s.ratio_low, high=s.ratio_high)
+            for s in t.speedups
+            if s.ratio > 0 and s.ratio_low > 0 and s.ratio_high > 0
+        }
         sp = seed_p.get(t.case_id)
         if sp is not None:
             c = t.candidate
-            vs["seed"] = Ratio(ratio=sp.latency_ms_p50 / c.latency_ms_p50, low=sp.latency_ms_p20 / c.latency_ms_p80,
-                               high=sp.latency_ms_p80 / c.latency_ms_p20)
-        cases.append(CaseNumbers(case_id=t.case_id, dtype=t.dtype, latency_ms_p50=t.candidate.latency_ms_p50, vs=vs,
-                                 gbps=t.achieved_gbps, pct_of_copy=t.pct_of_ceiling))
-    names = sorted({b for c in cases for b in c.vs},
-                   key=lambda b: (BASELINE_ORDER.index(b) if b in BASELINE_ORDER else len(BASELINE_ORDER), b))
+            vs["seed"] = Ratio(
+                ratio=sp.latency_ms_p50 / c.latency_ms_p50,
+                low=sp.latency_ms_p20 / c.latency_ms_p80,
+                high=sp.latency_ms_p80 / c.latency_ms_p20,
+            )
+        cases.append(
+            CaseNumbers(
+                case_id=t.case_id,
+                dtype=t.dtype,
+                latency_ms_p50=t.candidate.latency_ms_p50,
+                vs=vs,
+                gbps=t.achieved_gbps,
+                pct_of_copy=t.pct_of_ceiling,
+            )
+        )
+    names = sorted(
+        {b for c in cases for b in c.vs},
+        key=lambda b: (BASELINE_ORDER.index(b) if b in BASELINE_ORDER else len(BASELINE_ORDER), b),
+    )
     across = []
     for b in names:
         have = [(c.case_id, c.vs[b]) for c in cases if b in c.vs]
         worst_id, worst = min(have, key=lambda x: x[1].ratio)
-        across.append(Across(baseline=b, worst=worst, worst_case_id=worst_id, cases=len(have),
-                             geomean=Ratio(ratio=_gm([r.ratio for _, r in have]), low=_gm([r.low for _, r in have]),
-                                           high=_gm([r.high for _, r in have]))))
+        across.append(
+            Across(
+                baseline=b,
+                worst=worst,
+                worst_case_id=worst_id,
+                cases=len(have),
+                geomean=Ratio(
+                    ratio=_gm([r.ratio for _, r in have]),
+                    low=_gm([r.low for _, r in have]),
+                    high=_gm([r.high for _, r in have]),
+                ),
+            )
+        )
     pct = [(c.pct_of_copy, c.case_id) for c in cases if c.pct_of_copy is not None]
     worst_pct = min(pct) if pct else None
     covered = {c.case_id for c in cases}
-    return Verdict(numbers_from=kind, how=result.timing_note if kind == "remeasure" else None, cases=tuple(cases),
-                   across=tuple(across), pct_of_copy_worst=worst_pct[0] if worst_pct else None,
-                   pct_of_copy_worst_case=worst_pct[1] if worst_pct else None,
-                   uncovered_cases=tuple(i for i in timed_ids if i not in covered))
+    return Verdict(
+        numbers_from=kind,
+        how=result.timing_note if kind == "remeasure" else None,
+        cases=tuple(cases),
+        across=tuple(across),
+        pct_of_copy_worst=worst_pct[0] if worst_pct else None,
+        pct_of_copy_worst_case=worst_pct[1] if worst_pct else None,
+        uncovered_cases=tuple(i for i in timed_ids if i not in covered),
+    )
 
 
 def _checks(result: EvalResult) -> tuple[ShapeCheck, ...]:
-    return tuple(ShapeCheck(case_id=s.case_id, dtype=s.dtype, passed=s.passed, max_abs_error=s.max_abs_error,
-                            max_rel_error=s.max_rel_error, atol=s.atol, rtol=s.rtol, message=s.message)
-                 for s in result.shape_results)
+    return tuple(
+        ShapeCheck(
+            case_id=s.case_id,
+            dtype=s.dtype,
+            passed=s.passed,
+            max_abs_error=s.max_abs_error,
+            max_rel_error=s.max_rel_error,
+            atol=s.atol,
+            rtol=s.rtol,
+            message=s.message,
+        )
+        for s in result.shape_results
+    )
 
 
 def _speed(result: Optional[EvalResult], baseline: str = "eager") -> Optional[float]:
@@ -296,10 +341,14 @@ class _Loaded:
             verdict = verdict_of(again, "remeasure", self.timed_ids, seed_again)
         elif r is not None:
             verdict = verdict_of(r, "search", self.timed_ids)
-        return KernelView(candidate_id=cid, proposer=self.by_id[cid].proposer if cid in self.by_id else "?",
-                          picked=cid == self.run.best_candidate_id,
-                          status=r.status.value if r else "not evaluated", verdict=verdict,
-                          checks=_checks(r) if r else ())
+        return KernelView(
+            candidate_id=cid,
+            proposer=self.by_id[cid].proposer if cid in self.by_id else "?",
+            picked=cid == self.run.best_candidate_id,
+            status=r.status.value if r else "not evaluated",
+            verdict=verdict,
+            checks=_checks(r) if r else (),
+        )
 
 
 def kernel_view(store, run_ref: str, candidate_ref: str) -> tuple[KernelView, RunSummary, str]:
@@ -322,11 +371,22 @@ def _summarize(store, data: _Loaded) -> RunSummary:
     nodes = []
     for c in data.candidates:
         r = search.get(c.candidate_id)
-        nodes.append(NodeView(candidate_id=c.candidate_id, parent_id=c.parent_id, generation=c.generation,
-                              proposer=c.proposer, action=c.policy_action, reason=c.policy_reason,
-                              rationale=c.rationale, tags=c.transformation_tags,
-                              status=r.status.value if r else None, error_class=r.error_class if r else None,
-                              speedup=_speed(r), reused=c.candidate_id in reused))
+        nodes.append(
+            NodeView(
+                candidate_id=c.candidate_id,
+                parent_id=c.parent_id,
+                generation=c.generation,
+                proposer=c.proposer,
+                action=c.policy_action,
+                reason=c.policy_reason,
+                rationale=c.rationale,
+                tags=c.transformation_tags,
+                status=r.status.value if r else None,
+                error_class=r.error_class if r else None,
+                speedup=_speed(r),
+                reused=c.candidate_id in reused,
+            )
+        )
 
     points, best_so_far, n_pass, n_fail = [], None, 0, 0
     failures: dict[tuple[str, str], int] = {}
@@ -338,9 +398,18 @@ def _summarize(store, data: _Loaded) -> RunSummary:
         if not r.passed:
             key = (r.status.value, r.error_class or "-")
             failures[key] = failures.get(key, 0) + 1
-        points.append(EvalPoint(index=i, candidate_id=cid, status=r.status.value, speedup=speed,
-                                speedup_vs_compile=_speed(r, "torch_compile"), best_so_far=best_so_far,
-                                passed_so_far=n_pass, failed_so_far=n_fail))
+        points.append(
+            EvalPoint(
+                index=i,
+                candidate_id=cid,
+                status=r.status.value,
+                speedup=speed,
+                speedup_vs_compile=_speed(r, "torch_compile"),
+                best_so_far=best_so_far,
+                passed_so_far=n_pass,
+                failed_so_far=n_fail,
+            )
+        )
 
     order = {c.candidate_id: i for i, c in enumerate(data.candidates)}
     passing = [cid for cid, r in search.items() if r.passed]
@@ -352,27 +421,52 @@ def _summarize(store, data: _Loaded) -> RunSummary:
     kernels = tuple(data.kernel(cid) for cid in sorted(passing, key=rank)[:TOP_KERNELS])
     best = None
     if run.best_candidate_id and run.best_candidate_id in search:
-        best = next((k for k in kernels if k.candidate_id == run.best_candidate_id), None) or \
-            data.kernel(run.best_candidate_id)
+        best = next((k for k in kernels if k.candidate_id == run.best_candidate_id), None) or data.kernel(
+            run.best_candidate_id
+        )
 
     timed = any(r.timing for r in search.values())
     all_results = list(search.values()) + list(remeasured.values())
-    timing_note = None if timed else next((r.timing_note for r in all_results if r.timing_note),
-                                          "speed was not measured on this device")
+    timing_note = (
+        None
+        if timed
+        else next((r.timing_note for r in all_results if r.timing_note), "speed was not measured on this device")
+    )
     state = run_state(run, _owner(store, run.run_id))
     config = _config(run)
     env = data.env
     return RunSummary(
-        run_id=run.run_id, problem_name=run.problem_name, problem_id=run.problem_id,
-        problem_ref=str(config.get("problem") or run.problem_name), op_family=run.op_family, device=run.device,
-        device_name=env.device_name if env else run.arch, arch=run.arch, env=env, proposer=run.proposer,
-        model=run.model, status=run.status.value, state=state, stop_reason=run.stop_reason, stop_rule=run.stop_rule,
-        started_at=run.started_at, finished_at=run.finished_at, evaluations=len(search) - len(reused),
-        evaluations_reused=len(reused), candidates=len(nodes), passed=len(passing),
+        run_id=run.run_id,
+        problem_name=run.problem_name,
+        problem_id=run.problem_id,
+        problem_ref=str(config.get("problem") or run.problem_name),
+        op_family=run.op_family,
+        device=run.device,
+        device_name=env.device_name if env else run.arch,
+        arch=run.arch,
+        env=env,
+        proposer=run.proposer,
+        model=run.model,
+        status=run.status.value,
+        state=state,
+        stop_reason=run.stop_reason,
+        stop_rule=run.stop_rule,
+        started_at=run.started_at,
+        finished_at=run.finished_at,
+        evaluations=len(search) - len(reused),
+        evaluations_reused=len(reused),
+        candidates=len(nodes),
+        passed=len(passing),
         failures=tuple(FailureCount(status=s, error_class=e, count=n) for (s, e), n in sorted(failures.items())),
-        cost_usd=sum(c.cost_usd or 0.0 for c in store.llm_calls(run.run_id)), timed=timed, timing_note=timing_note,
-        time_cases=tuple(config.get("time_cases") or ()), dtypes=tuple(config.get("dtypes") or ()),
-        best=best, kernels=kernels, note=_note(run, state, timed, best, kernels, env), nodes=tuple(nodes),
+        cost_usd=sum(c.cost_usd or 0.0 for c in store.llm_calls(run.run_id)),
+        timed=timed,
+        timing_note=timing_note,
+        time_cases=tuple(config.get("time_cases") or ()),
+        dtypes=tuple(config.get("dtypes") or ()),
+        best=best,
+        kernels=kernels,
+        note=_note(run, state, timed, best, kernels, env),
+        nodes=tuple(nodes),
         points=tuple(points),
     )
 
@@ -388,8 +482,10 @@ def _note(run: RunRecord, state: str, timed: bool, best: Optional[KernelView], k
     if not kernels:
         return "no candidate passed: there is no kernel to use; keep the reference"
     if not timed:
-        return (f"correctness only: nothing was timed on {device}, so no speed is claimed; the best is the first "
-                f"passing candidate, not a measured winner")
+        return (
+            f"correctness only: nothing was timed on {device}, so no speed is claimed; the best is the first "
+            f"passing candidate, not a measured winner"
+        )
     if best is not None and best.verdict is not None and best.verdict.numbers_from == "remeasure":
         eager = best.verdict.vs("eager")
         if eager is not None and eager.geomean.low > 1.0:

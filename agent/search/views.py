@@ -82,8 +82,17 @@ def verdict_rows(kernel: Optional[KernelView], summary: RunSummary) -> list[tupl
         rows.append(("vs torch.compile", "not timed with this kernel"))
     if v.pct_of_copy_worst is not None:
         rows.append(("copy bandwidth", f"{v.pct_of_copy_worst:.1f}% at worst ({v.pct_of_copy_worst_case})"))
-    rows.append(("numbers from", v.how or ("its search evaluation (torch.compile is timed with the seed only)"
-                                           if v.numbers_from == "search" else "the re-measure")))
+    rows.append(
+        (
+            "numbers from",
+            v.how
+            or (
+                "its search evaluation (torch.compile is timed with the seed only)"
+                if v.numbers_from == "search"
+                else "the re-measure"
+            ),
+        )
+    )
     if v.uncovered_cases:
         rows.append(("not timed", f"{len(v.uncovered_cases)} timed case(s): {', '.join(v.uncovered_cases)}"))
     return rows
@@ -103,9 +112,13 @@ def case_table(kernel: KernelView, title: Optional[str] = None):
     names = [a.baseline for a in v.across]
     t = table("case", "p50 ms", *[f"x {label(b)}" for b in names], "GB/s", "% copy", title=title)
     for c in v.cases:
-        t.add_row(c.case_id, _fmt(c.latency_ms_p50, ".4g"),
-                  *[(f"{c.vs[b].ratio:#.3g}" + ("" if c.vs[b].significant else "?")) if b in c.vs else "-"
-                    for b in names], _fmt(c.gbps, ".0f"), _fmt(c.pct_of_copy, ".1f"))
+        t.add_row(
+            c.case_id,
+            _fmt(c.latency_ms_p50, ".4g"),
+            *[(f"{c.vs[b].ratio:#.3g}" + ("" if c.vs[b].significant else "?")) if b in c.vs else "-" for b in names],
+            _fmt(c.gbps, ".0f"),
+            _fmt(c.pct_of_copy, ".1f"),
+        )
     return t
 
 
@@ -113,8 +126,14 @@ def check_table(kernel: KernelView, title: Optional[str] = None):
     """One row per declared case: passed, the worst errors and the tolerance they were held to."""
     t = table("case", "ok", "max abs err", "atol", "max rel err", "rtol", title=title)
     for c in kernel.checks:
-        t.add_row(c.case_id, "yes" if c.passed else "NO", _fmt(c.max_abs_error, ".2g"), _fmt(c.atol, ".0e"),
-                  _fmt(c.max_rel_error, ".2g"), _fmt(c.rtol, ".0e"))
+        t.add_row(
+            c.case_id,
+            "yes" if c.passed else "NO",
+            _fmt(c.max_abs_error, ".2g"),
+            _fmt(c.atol, ".0e"),
+            _fmt(c.max_rel_error, ".2g"),
+            _fmt(c.rtol, ".0e"),
+        )
     return t
 
 
@@ -124,9 +143,12 @@ def summary_rows(summary: RunSummary) -> list[tuple[str, str]]:
     state = summary.state + (f" ({human(summary.stop_reason)})" if summary.stop_reason else "")
     rows = [
         ("state", state),
-        ("evaluations", f"{summary.evaluations} of {rule.max_evaluations}"
-                        + (f" (+{summary.evaluations_reused} reused)" if summary.evaluations_reused else "")
-                        + f", {summary.passed} passed"),
+        (
+            "evaluations",
+            f"{summary.evaluations} of {rule.max_evaluations}"
+            + (f" (+{summary.evaluations_reused} reused)" if summary.evaluations_reused else "")
+            + f", {summary.passed} passed",
+        ),
         ("failures", fails),
         *verdict_rows(summary.in_hand, summary),
     ]
@@ -176,8 +198,13 @@ def render_report(console, summary: RunSummary) -> None:
             console.print(f"{name}: correct on all {len(k.checks)} declared cases", highlight=False)
         if not summary.timed:
             continue
-        timing = case_table(k, title=f"{name}: speed per timed case, from the {k.verdict.numbers_from} "
-                                     f"(? = interval includes 1.0)") if k.verdict else None
+        timing = (
+            case_table(
+                k, title=f"{name}: speed per timed case, from the {k.verdict.numbers_from} (? = interval includes 1.0)"
+            )
+            if k.verdict
+            else None
+        )
         console.print(timing if timing is not None else none_line(f"{name}: speed per timed case"))
     if summary.kernels and not summary.timed:
         console.print(none_line("speed per timed case", summary.timing_note or "not measured"))

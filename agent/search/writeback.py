@@ -65,25 +65,44 @@ def outcomes_for(
     """One outcome per timed shape bucket, or one for the whole declared set where nothing was timed."""
     common = dict(
         schedule_kind=_schedule_kind(candidate),
-        op_family=problem.op_family, problem_id=problem.problem_id, device_name=fingerprint.device_name,
-        arch=fingerprint.arch, transformation=transformation(candidate), candidate_id=candidate.candidate_id,
-        parent_id=candidate.parent_id, baseline="eager", triton_version=fingerprint.triton_version,
-        torch_version=fingerprint.torch_version, driver_version=fingerprint.driver_version,
-        evidence_eval_ids=tuple(e for e in (eval_id, parent_eval_id) if e), created_at=utc_now(),
+        op_family=problem.op_family,
+        problem_id=problem.problem_id,
+        device_name=fingerprint.device_name,
+        arch=fingerprint.arch,
+        transformation=transformation(candidate),
+        candidate_id=candidate.candidate_id,
+        parent_id=candidate.parent_id,
+        baseline="eager",
+        triton_version=fingerprint.triton_version,
+        torch_version=fingerprint.torch_version,
+        driver_version=fingerprint.driver_version,
+        evidence_eval_ids=tuple(e for e in (eval_id, parent_eval_id) if e),
+        created_at=utc_now(),
     )
     what = f"{common['transformation']} on {problem.op_family} ({fingerprint.device_name})"
     out = []
     for t in result.timing:
         eager = next((s for s in t.speedups if s.baseline == "eager"), None)
         bucket = shape_bucket(t.params)
-        verdict = (f"{eager.ratio:.3g}x vs eager [{eager.ratio_low:.3g}, {eager.ratio_high:.3g}]"
-                   if eager else "no eager baseline")
-        out.append(OutcomeRecord(
-            outcome_id=_outcome_id(eval_id, bucket, t.dtype), shape_bucket=bucket, dtype=t.dtype,
-            speedup=eager.ratio if eager else None, speedup_low=eager.ratio_low if eager else None,
-            speedup_high=eager.ratio_high if eager else None, latency_ms_p50=t.candidate.latency_ms_p50,
-            status=result.status.value, summary=f"{what} at {bucket} {t.dtype}: passed, {verdict}.", **common,
-        ))
+        verdict = (
+            f"{eager.ratio:.3g}x vs eager [{eager.ratio_low:.3g}, {eager.ratio_high:.3g}]"
+            if eager
+            else "no eager baseline"
+        )
+        out.append(
+            OutcomeRecord(
+                outcome_id=_outcome_id(eval_id, bucket, t.dtype),
+                shape_bucket=bucket,
+                dtype=t.dtype,
+                speedup=eager.ratio if eager else None,
+                speedup_low=eager.ratio_low if eager else None,
+                speedup_high=eager.ratio_high if eager else None,
+                latency_ms_p50=t.candidate.latency_ms_p50,
+                status=result.status.value,
+                summary=f"{what} at {bucket} {t.dtype}: passed, {verdict}.",
+                **common,
+            )
+        )
     if out:
         return out
     dtypes = sorted({s.dtype for s in result.shape_results}) or list(problem.dtypes)
@@ -96,10 +115,16 @@ def outcomes_for(
         verdict = f"{status} at {result.failed_stage.value if result.failed_stage else 'unknown stage'}"
         if result.error_class:
             verdict += f" ({result.error_class})"
-    return [OutcomeRecord(
-        outcome_id=_outcome_id(eval_id, bucket, dtype), shape_bucket=bucket, dtype=dtype, status=status,
-        summary=f"{what}, {dtype}: {verdict}.", **common,
-    )]
+    return [
+        OutcomeRecord(
+            outcome_id=_outcome_id(eval_id, bucket, dtype),
+            shape_bucket=bucket,
+            dtype=dtype,
+            status=status,
+            summary=f"{what}, {dtype}: {verdict}.",
+            **common,
+        )
+    ]
 
 
 def record(
@@ -121,20 +146,32 @@ def record(
 def derive(store, eval_id, candidate, result, problem, fingerprint, *, parent_eval_id=None) -> None:
     if not result.passed:
         store.record_failure(
-            problem.op_family, fingerprint.arch,
+            problem.op_family,
+            fingerprint.arch,
             result.failed_stage.value if result.failed_stage else "unknown",
-            result.error_class or result.status.value, result.message or result.status.value,
+            result.error_class or result.status.value,
+            result.message or result.status.value,
             candidate.candidate_id,
         )
     for outcome in outcomes_for(candidate, result, eval_id, problem, fingerprint, parent_eval_id):
         store.add_outcome(outcome)
 
 
-def backfill(store, run_id: str, candidates: dict[str, CandidateRecord], evaluations, problem, fingerprint,
-             parent_eval: dict[str, str]) -> int:
+def backfill(
+    store,
+    run_id: str,
+    candidates: dict[str, CandidateRecord],
+    evaluations,
+    problem,
+    fingerprint,
+    parent_eval: dict[str, str],
+) -> int:
     """Redo the derived rows of evaluations a killed session wrote without them; returns how many."""
-    have = {o.evidence_eval_ids[0] for o in store.outcomes(op_family=problem.op_family, arch=fingerprint.arch,
-                                                          limit=100_000) if o.evidence_eval_ids}
+    have = {
+        o.evidence_eval_ids[0]
+        for o in store.outcomes(op_family=problem.op_family, arch=fingerprint.arch, limit=100_000)
+        if o.evidence_eval_ids
+    }
     done = 0
     for eval_id, cid, result in evaluations:
         if eval_id in have or cid not in candidates:
@@ -161,33 +198,70 @@ def remeasure_as_eval(rc, rm, searched: EvalResult) -> EvalResult:
         ordered = sorted(p50s)
         q = statistics.quantiles(ordered, n=5, method="inclusive") if len(ordered) > 1 else [ordered[0]] * 4
         prior = searched_by_case.get(case_id)
-        return TimingStats(latency_ms_p20=q[0], latency_ms_p50=statistics.median(ordered), latency_ms_p80=q[3],
-                           latency_ms_min=ordered[0], latency_ms_mean=statistics.fmean(ordered),
-                           n_samples=len(ordered), n_warmup=prior.candidate.n_warmup if prior else 0,
-                           l2_flushed=prior.candidate.l2_flushed if prior else False, method=method)
+        return TimingStats(
+            latency_ms_p20=q[0],
+            latency_ms_p50=statistics.median(ordered),
+            latency_ms_p80=q[3],
+            latency_ms_min=ordered[0],
+            latency_ms_mean=statistics.fmean(ordered),
+            n_samples=len(ordered),
+            n_warmup=prior.candidate.n_warmup if prior else 0,
+            l2_flushed=prior.candidate.l2_flushed if prior else False,
+            method=method,
+        )
 
     def case(c) -> TimedCase:
         baselines = [Baseline(name="eager", timing=stats(c.baseline_p50s_ms, c.case_id, c.method))]
-        speedups = [Speedup(baseline="eager", ratio=c.speedup, ratio_low=c.speedup_min, ratio_high=c.speedup_max,
-                            significant=c.significant)]
+        speedups = [
+            Speedup(
+                baseline="eager",
+                ratio=c.speedup,
+                ratio_low=c.speedup_min,
+                ratio_high=c.speedup_max,
+                significant=c.significant,
+            )
+        ]
         if c.compile_p50s_ms and c.speedup_vs_compile is not None:
             baselines.append(Baseline(name="torch_compile", timing=stats(c.compile_p50s_ms, c.case_id, c.method)))
-            speedups.append(Speedup(baseline="torch_compile", ratio=c.speedup_vs_compile,
-                                    ratio_low=c.speedup_vs_compile_min, ratio_high=c.speedup_vs_compile_max,
-                                    significant=c.speedup_vs_compile_min > 1.0 or c.speedup_vs_compile_max < 1.0))
+            speedups.append(
+                Speedup(
+                    baseline="torch_compile",
+                    ratio=c.speedup_vs_compile,
+                    ratio_low=c.speedup_vs_compile_min,
+                    ratio_high=c.speedup_vs_compile_max,
+                    significant=c.speedup_vs_compile_min > 1.0 or c.speedup_vs_compile_max < 1.0,
+                )
+            )
         prior = searched_by_case.get(c.case_id)
         cand = stats(c.candidate_p50s_ms, c.case_id, c.method)
         gbps = prior.bytes_moved / (cand.latency_ms_p50 * 1e-3) / 1e9 if prior and prior.bytes_moved else None
-        return TimedCase(case_id=c.case_id, params=c.params, dtype=c.dtype, candidate=cand,
-                         baselines=tuple(baselines), speedups=tuple(speedups),
-                         bytes_moved=prior.bytes_moved if prior else None, flops=prior.flops if prior else None,
-                         achieved_gbps=gbps,
-                         pct_of_ceiling=100.0 * gbps / searched.ceiling_gbps if gbps and searched.ceiling_gbps else None)
+        return TimedCase(
+            case_id=c.case_id,
+            params=c.params,
+            dtype=c.dtype,
+            candidate=cand,
+            baselines=tuple(baselines),
+            speedups=tuple(speedups),
+            bytes_moved=prior.bytes_moved if prior else None,
+            flops=prior.flops if prior else None,
+            achieved_gbps=gbps,
+            pct_of_ceiling=100.0 * gbps / searched.ceiling_gbps if gbps and searched.ceiling_gbps else None,
+        )
 
     timing = tuple(case(c) for c in rc.cases)
     against = "eager and torch.compile" if any(c.compile_p50s_ms for c in rc.cases) else "eager"
-    return EvalResult(status=Status.passed, candidate_sha256=rc.candidate_sha256, problem_id=rm.problem_id,
-                      problem_name=rm.problem_name, device=rm.device, timing=timing, ceiling_gbps=searched.ceiling_gbps,
-                      timing_note=f"re-measured in {rm.rounds} rounds interleaved with {against}",
-                      fingerprint=rm.fingerprint, started_at=rm.started_at, duration_s=rm.duration_s,
-                      stderr_tail=rm.stderr_tail[-2000:], isolation=rm.isolation)
+    return EvalResult(
+        status=Status.passed,
+        candidate_sha256=rc.candidate_sha256,
+        problem_id=rm.problem_id,
+        problem_name=rm.problem_name,
+        device=rm.device,
+        timing=timing,
+        ceiling_gbps=searched.ceiling_gbps,
+        timing_note=f"re-measured in {rm.rounds} rounds interleaved with {against}",
+        fingerprint=rm.fingerprint,
+        started_at=rm.started_at,
+        duration_s=rm.duration_s,
+        stderr_tail=rm.stderr_tail[-2000:],
+        isolation=rm.isolation,
+    )

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 OP_FAMILY = "swiglu"
-DESCRIPTION = 'y = silu(a) * b for (M, N) tensors a (gate) and b (up)'
+DESCRIPTION = "y = silu(a) * b for (M, N) tensors a (gate) and b (up)"
 
 M = 4096
 N = 14336

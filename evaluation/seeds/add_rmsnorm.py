@@ -12,8 +12,9 @@ from torch import nn
 
 
 @triton.jit
-def _add_rmsnorm_fwd(X, R, W, Y, H, stride_x, stride_r, stride_y, stride_h, N, eps,
-                     BLOCK_N: tl.constexpr, ONE_BLOCK: tl.constexpr):
+def _add_rmsnorm_fwd(
+    X, R, W, Y, H, stride_x, stride_r, stride_y, stride_h, N, eps, BLOCK_N: tl.constexpr, ONE_BLOCK: tl.constexpr
+):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
     if ONE_BLOCK:
@@ -62,7 +63,19 @@ class ModelNew(nn.Module):
         block = triton.next_power_of_2(n) if one_block else min(4096, self.max_block_n)
         num_warps = min(max(block // 256, 1), 16)
         _add_rmsnorm_fwd[(x2.shape[0],)](
-            x2, r2, self.weight, y, h, x2.stride(0), r2.stride(0), y.stride(0), h.stride(0),
-            n, self.eps, BLOCK_N=block, ONE_BLOCK=one_block, num_warps=num_warps,
+            x2,
+            r2,
+            self.weight,
+            y,
+            h,
+            x2.stride(0),
+            r2.stride(0),
+            y.stride(0),
+            h.stride(0),
+            n,
+            self.eps,
+            BLOCK_N=block,
+            ONE_BLOCK=one_block,
+            num_warps=num_warps,
         )
         return y.reshape(x.shape), h.reshape(x.shape)

@@ -45,6 +45,12 @@ class ModelNew(nn.Module):
         block = min(triton.next_power_of_2(v), self.max_block_v)
         num_warps = min(max(block // 256, 1), 16)
         _cross_entropy_fwd[(x2.shape[0],)](
-            x2, t, loss, x2.stride(0), v, BLOCK_V=block, num_warps=num_warps,
+            x2,
+            t,
+            loss,
+            x2.stride(0),
+            v,
+            BLOCK_V=block,
+            num_warps=num_warps,
         )
         return loss.reshape(logits.shape[:-1])

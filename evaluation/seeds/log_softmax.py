@@ -49,6 +49,12 @@ class ModelNew(nn.Module):
         block = min(triton.next_power_of_2(n), self.max_block_n)
         num_warps = min(max(block // 256, 1), 16)
         _log_softmax_fwd[(x2.shape[0],)](
-            x2, y, x2.stride(0), y.stride(0), n, BLOCK_N=block, num_warps=num_warps,
+            x2,
+            y,
+            x2.stride(0),
+            y.stride(0),
+            n,
+            BLOCK_N=block,
+            num_warps=num_warps,
         )
         return y.reshape(x.shape)

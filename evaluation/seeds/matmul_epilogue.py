@@ -16,9 +16,22 @@ from torch import nn
 
 @triton.jit
 def _matmul_gelu_fwd(
-    X, W, B, Y, M, N, K,
-    stride_xm, stride_xk, stride_wn, stride_wk, stride_ym, stride_yn,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    X,
+    W,
+    B,
+    Y,
+    M,
+    N,
+    K,
+    stride_xm,
+    stride_xk,
+    stride_wn,
+    stride_wk,
+    stride_ym,
+    stride_yn,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -62,10 +75,23 @@ class ModelNew(nn.Module):
         y = torch.empty((m, n), dtype=x.dtype, device=x.device)
         grid = (triton.cdiv(m, self.block_m), triton.cdiv(n, self.block_n))
         _matmul_gelu_fwd[grid](
-            x2, self.weight, self.bias, y, m, n, k,
-            x2.stride(0), x2.stride(1), self.weight.stride(0), self.weight.stride(1),
-            y.stride(0), y.stride(1),
-            BLOCK_M=self.block_m, BLOCK_N=self.block_n, BLOCK_K=self.block_k,
-            num_warps=8, num_stages=3,
+            x2,
+            self.weight,
+            self.bias,
+            y,
+            m,
+            n,
+            k,
+            x2.stride(0),
+            x2.stride(1),
+            self.weight.stride(0),
+            self.weight.stride(1),
+            y.stride(0),
+            y.stride(1),
+            BLOCK_M=self.block_m,
+            BLOCK_N=self.block_n,
+            BLOCK_K=self.block_k,
+            num_warps=8,
+            num_stages=3,
         )
         return y.reshape(*x.shape[:-1], n)

@@ -53,7 +53,15 @@ class ModelNew(nn.Module):
         block = triton.next_power_of_2(n) if one_block else min(4096, self.max_block_n)
         num_warps = min(max(block // 256, 1), 16)
         _rmsnorm_fwd[(x2.shape[0],)](
-            x2, self.weight, y, x2.stride(0), y.stride(0), n, self.eps,
-            BLOCK_N=block, ONE_BLOCK=one_block, num_warps=num_warps,
+            x2,
+            self.weight,
+            y,
+            x2.stride(0),
+            y.stride(0),
+            n,
+            self.eps,
+            BLOCK_N=block,
+            ONE_BLOCK=one_block,
+            num_warps=num_warps,
         )
         return y.reshape(x.shape)

@@ -1,4 +1,5 @@
 """KernelBench-style problem: mean cross-entropy of logits against integer targets (one scalar)."""
+
 import torch
 import torch.nn as nn
 

@@ -1,4 +1,5 @@
 """Per-row losses in Triton, then their mean in PyTorch: the small epilogue issue 17 allows."""
+
 import torch
 import triton
 import triton.language as tl

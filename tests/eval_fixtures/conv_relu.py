@@ -1,4 +1,5 @@
 """KernelBench level-2 style problem: a convolution, then a ReLU; the convolution may stay in PyTorch."""
+
 import torch
 import torch.nn as nn
 

@@ -1,4 +1,5 @@
 """The convolution in PyTorch (the problem allows it), the ReLU fused in a Triton kernel."""
+
 import torch
 import triton
 import triton.language as tl

@@ -1,4 +1,5 @@
 """KernelBench-style problem with integer targets: the logit of the target class, per row."""
+
 import torch
 import torch.nn as nn
 

@@ -1,4 +1,5 @@
 """A Triton candidate for pick_logit.py that insists on receiving int64 targets."""
+
 import torch
 import triton
 import triton.language as tl

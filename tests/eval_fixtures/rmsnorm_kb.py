@@ -1,4 +1,5 @@
 """A KernelBench-style file as KernelBench ships them: one huge shape, sizes as module constants."""
+
 import torch
 import torch.nn as nn
 

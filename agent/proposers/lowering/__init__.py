@@ -57,8 +57,10 @@ class Lowered:
     def render(self, config: dict) -> str:
         from agent.proposers.lowering.render import render
 
-        header = (f"{self.name}: candidate from kernelscout's lowering (graph -> Triton schedules).\n\n"
-                  f"config: {json.dumps(config, sort_keys=True)}")
+        header = (
+            f"{self.name}: candidate from kernelscout's lowering (graph -> Triton schedules).\n\n"
+            f"config: {json.dumps(config, sort_keys=True)}"
+        )
         return render(self.program, self.init, config, header)[0]
 
 

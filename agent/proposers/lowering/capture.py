@@ -38,8 +38,10 @@ def _pool_library():
     if _LIB is not None:
         return
     lib = torch.library.Library("kscout", "FRAGMENT")
-    lib.define("pool(Tensor x, str kind, SymInt[] kernel, SymInt[] stride, SymInt[] padding, SymInt[] dilation, "
-               "bool ceil_mode, bool count_include_pad, int? divisor) -> Tensor")
+    lib.define(
+        "pool(Tensor x, str kind, SymInt[] kernel, SymInt[] stride, SymInt[] padding, SymInt[] dilation, "
+        "bool ceil_mode, bool count_include_pad, int? divisor) -> Tensor"
+    )
 
     def fake(x, kind, kernel, stride, padding, dilation, ceil_mode, count_include_pad, divisor):
         d = len(kernel)
@@ -50,8 +52,10 @@ def _pool_library():
         return x.new_empty(out)
 
     torch.library.register_fake("kscout::pool", fake, lib=lib)
-    lib.define("conv(Tensor x, Tensor w, Tensor? b, SymInt[] stride, SymInt[] padding, SymInt[] dilation, "
-               "SymInt groups) -> Tensor")
+    lib.define(
+        "conv(Tensor x, Tensor w, Tensor? b, SymInt[] stride, SymInt[] padding, SymInt[] dilation, "
+        "SymInt groups) -> Tensor"
+    )
 
     def fake_conv(x, w, b, stride, padding, dilation, groups):
         d = len(stride)
@@ -61,15 +65,18 @@ def _pool_library():
         return x.new_empty(out)
 
     torch.library.register_fake("kscout::conv", fake_conv, lib=lib)
-    lib.define("conv_t(Tensor x, Tensor w, Tensor? b, SymInt[] stride, SymInt[] padding, SymInt[] output_padding, "
-               "SymInt[] dilation, SymInt groups) -> Tensor")
+    lib.define(
+        "conv_t(Tensor x, Tensor w, Tensor? b, SymInt[] stride, SymInt[] padding, SymInt[] output_padding, "
+        "SymInt[] dilation, SymInt groups) -> Tensor"
+    )
 
     def fake_conv_t(x, w, b, stride, padding, output_padding, dilation, groups):
         d = len(stride)
         out = [x.shape[0], w.shape[1] * groups]
         for i in range(d):
-            out.append(conv_t_out_size(x.shape[2 + i], w.shape[2 + i], stride[i], padding[i], output_padding[i],
-                                       dilation[i]))
+            out.append(
+                conv_t_out_size(x.shape[2 + i], w.shape[2 + i], stride[i], padding[i], output_padding[i], dilation[i])
+            )
         return x.new_empty(out)
 
     torch.library.register_fake("kscout::conv_t", fake_conv_t, lib=lib)
@@ -102,14 +109,44 @@ def decompositions() -> dict:
 
     aten = torch.ops.aten
     table = dict(core_aten_decompositions())
-    table.update(get_decompositions([
-        aten.gelu, aten.hardtanh, aten.leaky_relu, aten.elu, aten._softmax, aten._log_softmax,
-        aten.native_batch_norm, aten._native_batch_norm_legit_no_training, aten._native_batch_norm_legit,
-        aten.linalg_vector_norm, aten.native_layer_norm, aten.native_group_norm, aten.clamp_min, aten.clamp_max,
-        aten.constant_pad_nd, aten.diagonal, aten.expm1, aten.reciprocal, aten.trunc, aten.round,
-    ]))
-    for keep in (aten.cumsum, aten.cumprod, aten.addmm, aten.mm, aten.bmm, aten.sigmoid, aten.clamp,
-                 aten.sign, aten._to_copy, aten.where):
+    table.update(
+        get_decompositions(
+            [
+                aten.gelu,
+                aten.hardtanh,
+                aten.leaky_relu,
+                aten.elu,
+                aten._softmax,
+                aten._log_softmax,
+                aten.native_batch_norm,
+                aten._native_batch_norm_legit_no_training,
+                aten._native_batch_norm_legit,
+                aten.linalg_vector_norm,
+                aten.native_layer_norm,
+                aten.native_group_norm,
+                aten.clamp_min,
+                aten.clamp_max,
+                aten.constant_pad_nd,
+                aten.diagonal,
+                aten.expm1,
+                aten.reciprocal,
+                aten.trunc,
+                aten.round,
+            ]
+        )
+    )
+    for keep in (
+        aten.cumsum,
+        aten.cumprod,
+        aten.addmm,
+        aten.mm,
+        aten.bmm,
+        aten.sigmoid,
+        aten.clamp,
+        aten.sign,
+        aten._to_copy,
+        aten.where,
+    ):
         for overload in keep.overloads():
             table.pop(getattr(keep, overload), None)
     return table
@@ -146,7 +183,7 @@ def init_source(source: str) -> InitSource:
     start = init.body[0].lineno - 1
     if isinstance(init.body[0], ast.Expr) and isinstance(getattr(init.body[0], "value", None), ast.Constant):
         start = init.body[0].end_lineno  # leave the docstring out
-    body_lines = lines[start:init.end_lineno]
+    body_lines = lines[start : init.end_lineno]
     body = textwrap.dedent("\n".join(body_lines))
     body = body.replace("super(Model, self).__init__()", "super().__init__()")
     if not body.strip():
@@ -168,10 +205,13 @@ def init_source(source: str) -> InitSource:
         if name in defined:
             helpers.append(ast.get_source_segment(source, defined[name]))
         elif name in assigned:
-            raise LoweringError(f"Model.__init__ reads the module-level value {name!r}, which the harness may "
-                                f"rebind per shape case; the lowering mirrors only __init__'s own arguments")
-    return InitSource(signature=args, body=textwrap.indent(body, " " * 8) + "\n", imports=imports,
-                      helpers=tuple(helpers))
+            raise LoweringError(
+                f"Model.__init__ reads the module-level value {name!r}, which the harness may "
+                f"rebind per shape case; the lowering mirrors only __init__'s own arguments"
+            )
+    return InitSource(
+        signature=args, body=textwrap.indent(body, " " * 8) + "\n", imports=imports, helpers=tuple(helpers)
+    )
 
 
 # ---------------------------------------------------------------- placeholders
@@ -199,8 +239,12 @@ class Captured:
 _CONVS = {torch.nn.Conv1d: 1, torch.nn.Conv2d: 2, torch.nn.Conv3d: 3}
 _CONVS_T = {torch.nn.ConvTranspose1d: 1, torch.nn.ConvTranspose2d: 2, torch.nn.ConvTranspose3d: 3}
 _POOLS = {
-    torch.nn.MaxPool1d: ("max", 1), torch.nn.MaxPool2d: ("max", 2), torch.nn.MaxPool3d: ("max", 3),
-    torch.nn.AvgPool1d: ("avg", 1), torch.nn.AvgPool2d: ("avg", 2), torch.nn.AvgPool3d: ("avg", 3),
+    torch.nn.MaxPool1d: ("max", 1),
+    torch.nn.MaxPool2d: ("max", 2),
+    torch.nn.MaxPool3d: ("max", 3),
+    torch.nn.AvgPool1d: ("avg", 1),
+    torch.nn.AvgPool2d: ("avg", 2),
+    torch.nn.AvgPool3d: ("avg", 3),
 }
 
 
@@ -225,8 +269,9 @@ class _Carriers:
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise LoweringError(f"{expr} = {value!r} is not a size")
         meta = torch.empty(value + CARRIER_OFFSET, device="meta")
-        fake = self.fake_mode.from_tensor(meta, symbolic_context=StatelessSymbolicContext(
-            dynamic_sizes=[DimDynamic.DYNAMIC]))
+        fake = self.fake_mode.from_tensor(
+            meta, symbolic_context=StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC])
+        )
         self.names.append(expr)
         self.tensors.append(fake)
         return len(self.tensors) - 1
@@ -287,8 +332,17 @@ def _pool_call(x, kind, d, kernel, stride, padding, dilation, ceil_mode, count_i
     squeeze = x.dim() == d + 1
     if squeeze:
         x = x.unsqueeze(0)
-    out = torch.ops.kscout.pool(x, kind, list(kernel), list(stride), list(padding), list(dilation),
-                                bool(ceil_mode), bool(count_include_pad), divisor)
+    out = torch.ops.kscout.pool(
+        x,
+        kind,
+        list(kernel),
+        list(stride),
+        list(padding),
+        list(dilation),
+        bool(ceil_mode),
+        bool(count_include_pad),
+        divisor,
+    )
     return out.squeeze(0) if squeeze else out
 
 
@@ -308,24 +362,38 @@ def _conv_t_call(x, weight, bias, stride, padding, output_padding, dilation, gro
     squeeze = x.dim() == d + 1
     if squeeze:
         x = x.unsqueeze(0)
-    out = torch.ops.kscout.conv_t(x, weight, bias, list(stride), list(padding), list(output_padding),
-                                  list(dilation), groups)
+    out = torch.ops.kscout.conv_t(
+        x, weight, bias, list(stride), list(padding), list(output_padding), list(dilation), groups
+    )
     return out.squeeze(0) if squeeze else out
 
 
 def _functional_convs() -> dict:
     """torch.nn.functional.conv{1,2,3}d routed through kscout::conv (numeric padding only)."""
+
     def conv(d):
         def f(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
             if isinstance(padding, str):
                 raise LoweringError(f"conv{d}d with padding={padding!r} is not lowered")
             return _conv_call(input, weight, bias, _tuple(stride, d), _tuple(padding, d), _tuple(dilation, d), groups)
+
         return f
+
     def conv_t(d):
         def f(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
-            return _conv_t_call(input, weight, bias, _tuple(stride, d), _tuple(padding, d), _tuple(output_padding, d),
-                                _tuple(dilation, d), groups)
+            return _conv_t_call(
+                input,
+                weight,
+                bias,
+                _tuple(stride, d),
+                _tuple(padding, d),
+                _tuple(output_padding, d),
+                _tuple(dilation, d),
+                groups,
+            )
+
         return f
+
     out = {f"conv{d}d": conv(d) for d in (1, 2, 3)}
     out.update({f"conv_transpose{d}d": conv_t(d) for d in (1, 2, 3)})
     return out
@@ -333,21 +401,43 @@ def _functional_convs() -> dict:
 
 def _functional_pools() -> dict:
     """Replacements for torch.nn.functional's pooling, routed through kscout::pool."""
+
     def maxp(d):
         def f(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
             if return_indices:
                 raise LoweringError("max pooling with return_indices=True is not lowered")
             stride = kernel_size if stride is None or stride == [] or stride == () else stride
-            return _pool_call(input, "max", d, _tuple(kernel_size, d), _tuple(stride, d), _tuple(padding, d),
-                              _tuple(dilation, d), ceil_mode)
+            return _pool_call(
+                input,
+                "max",
+                d,
+                _tuple(kernel_size, d),
+                _tuple(stride, d),
+                _tuple(padding, d),
+                _tuple(dilation, d),
+                ceil_mode,
+            )
+
         return f
 
     def avgp(d):
-        def f(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
-              divisor_override=None):
+        def f(
+            input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None
+        ):
             stride = kernel_size if stride is None or stride == [] or stride == () else stride
-            return _pool_call(input, "avg", d, _tuple(kernel_size, d), _tuple(stride, d), _tuple(padding, d),
-                              (1,) * d, ceil_mode, count_include_pad, divisor_override)
+            return _pool_call(
+                input,
+                "avg",
+                d,
+                _tuple(kernel_size, d),
+                _tuple(stride, d),
+                _tuple(padding, d),
+                (1,) * d,
+                ceil_mode,
+                count_include_pad,
+                divisor_override,
+            )
+
         return f
 
     out = {f"max_pool{d}d": maxp(d) for d in (1, 2, 3)}
@@ -374,21 +464,36 @@ def _patched(model, patched, carrier_values):
                 def fwd(x, m=m, kind=kind, d=d, slots=slots):
                     def get(attr):
                         return tuple(carrier_values()[slots[(attr, i)]].shape[0] - CARRIER_OFFSET for i in range(d))
+
                     dil = get("dilation") if kind == "max" else (1,) * d
-                    return _pool_call(x, kind, d, get("kernel_size"), get("stride"), get("padding"), dil,
-                                      m.ceil_mode, getattr(m, "count_include_pad", True),
-                                      getattr(m, "divisor_override", None))
+                    return _pool_call(
+                        x,
+                        kind,
+                        d,
+                        get("kernel_size"),
+                        get("stride"),
+                        get("padding"),
+                        dil,
+                        m.ceil_mode,
+                        getattr(m, "count_include_pad", True),
+                        getattr(m, "divisor_override", None),
+                    )
+
                 m.forward = fwd
             elif what == "conv":
+
                 def fwd(x, m=m, info=info):
                     d, slots = info
 
                     def get(attr):
                         return [carrier_values()[slots[(attr, i)]].shape[0] - CARRIER_OFFSET for i in range(d)]
+
                     groups = carrier_values()[slots[("groups", 0)]].shape[0] - CARRIER_OFFSET
                     return _conv_call(x, m.weight, m.bias, get("stride"), get("padding"), get("dilation"), groups)
+
                 m.forward = fwd
             elif what == "conv_t":
+
                 def fwd(x, output_size=None, m=m, info=info):
                     if output_size is not None:
                         raise LoweringError("a transposed convolution called with output_size is not lowered")
@@ -396,29 +501,52 @@ def _patched(model, patched, carrier_values):
 
                     def get(attr):
                         return [carrier_values()[slots[(attr, i)]].shape[0] - CARRIER_OFFSET for i in range(d)]
+
                     groups = carrier_values()[slots[("groups", 0)]].shape[0] - CARRIER_OFFSET
-                    return _conv_t_call(x, m.weight, m.bias, get("stride"), get("padding"), get("output_padding"),
-                                        get("dilation"), groups)
+                    return _conv_t_call(
+                        x,
+                        m.weight,
+                        m.bias,
+                        get("stride"),
+                        get("padding"),
+                        get("output_padding"),
+                        get("dilation"),
+                        groups,
+                    )
+
                 m.forward = fwd
             elif what == "group_norm":
+
                 def fwd(x, m=m, slot=info["groups"]):
                     groups = carrier_values()[slot].shape[0] - CARRIER_OFFSET
                     return _group_norm(x, groups, m.weight, m.bias, m.eps)
+
                 m.forward = fwd
             elif what == "layer_norm":
+
                 def fwd(x, m=m, slots=info):
                     shape = [carrier_values()[i].shape[0] - CARRIER_OFFSET for i in slots]
                     return torch.nn.functional.layer_norm(x, shape, m.weight, m.bias, m.eps)
+
                 m.forward = fwd
             else:
+
                 def fwd(x, m=m):
                     unbatched = x.dim() == m._get_no_batch_dim()
                     if unbatched:
                         x = x.unsqueeze(0)
                     y = torch.nn.functional.instance_norm(
-                        x, m.running_mean, m.running_var, m.weight, m.bias,
-                        m.training or not m.track_running_stats, m.momentum if m.momentum is not None else 0.0, m.eps)
+                        x,
+                        m.running_mean,
+                        m.running_var,
+                        m.weight,
+                        m.bias,
+                        m.training or not m.track_running_stats,
+                        m.momentum if m.momentum is not None else 0.0,
+                        m.eps,
+                    )
                     return y.squeeze(0) if unbatched else y
+
                 m.forward = fwd
         yield
     finally:
@@ -454,8 +582,9 @@ def _out_of_place(gm) -> None:
         if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
             continue
         schema = target._schema
-        if not (schema.arguments and schema.arguments[0].alias_info is not None
-                and schema.arguments[0].alias_info.is_write):
+        if not (
+            schema.arguments and schema.arguments[0].alias_info is not None and schema.arguments[0].alias_info.is_write
+        ):
             continue
         packet = target.overloadpacket.__name__
         if not packet.endswith("_"):
@@ -492,7 +621,9 @@ def capture(source: str, path: str) -> Captured:
             model = module.Model(*init_inputs(module)).eval()
             raw_inputs = list(module.get_inputs())
     except Exception as exc:
-        raise LoweringError(f"{name}: cannot build the reference on the meta device: {type(exc).__name__}: {exc}") from exc
+        raise LoweringError(
+            f"{name}: cannot build the reference on the meta device: {type(exc).__name__}: {exc}"
+        ) from exc
     try:
         input_names = [p.name for p in inspect.signature(model.forward).parameters.values()][: len(raw_inputs)]
     except (TypeError, ValueError):
@@ -505,8 +636,9 @@ def capture(source: str, path: str) -> Captured:
 
     def fake(t: torch.Tensor):
         meta = t.detach().to("meta") if t.device.type != "meta" else t.detach()
-        return fake_mode.from_tensor(meta, symbolic_context=StatelessSymbolicContext(
-            dynamic_sizes=[DimDynamic.DYNAMIC] * meta.dim()))
+        return fake_mode.from_tensor(
+            meta, symbolic_context=StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC] * meta.dim())
+        )
 
     placeholders: list[Placeholder] = []
     flat: list = []
@@ -528,15 +660,17 @@ def capture(source: str, path: str) -> Captured:
             placeholders.append(Placeholder(kind="scalar", name=iname, dtype=dtype))
             flat.append(fake_mode.from_tensor(torch.empty((), dtype=dtype, device="meta")))
         else:
-            raise LoweringError(f"{name}: input {iname!r} is a {type(x).__name__}; only tensors and numbers are lowered")
+            raise LoweringError(
+                f"{name}: input {iname!r} is a {type(x).__name__}; only tensors and numbers are lowered"
+            )
     n_state, n_carriers = len(state), len(carriers.tensors)
     keys = list(state)
     current: dict = {}
 
     def forward(*args):
         params = dict(zip(keys, args[:n_state]))
-        current["carriers"] = args[n_state:n_state + n_carriers]
-        out = torch.func.functional_call(model, params, tuple(args[n_state + n_carriers:]))
+        current["carriers"] = args[n_state : n_state + n_carriers]
+        out = torch.func.functional_call(model, params, tuple(args[n_state + n_carriers :]))
         current["tuple"] = isinstance(out, (tuple, list))
         return out
 
@@ -554,5 +688,13 @@ def capture(source: str, path: str) -> Captured:
     n_out = len(outputs) if isinstance(outputs, (tuple, list)) else 1
     values = getattr(env, "backed_var_to_val", None) or env.var_to_val
     hints = {s: int(v) for s, v in values.items()}
-    return Captured(gm=gm, placeholders=placeholders, n_outputs=n_out, tuple_output=tuple_output, shape_env=env,
-                    input_names=input_names, init=init, hints=hints)
+    return Captured(
+        gm=gm,
+        placeholders=placeholders,
+        n_outputs=n_out,
+        tuple_output=tuple_output,
+        shape_env=env,
+        input_names=input_names,
+        init=init,
+        hints=hints,
+    )

@@ -18,8 +18,25 @@ import sympy
 
 from agent.proposers.lowering import ir
 from agent.proposers.lowering.ir import (
-    BOOL, F32, FLOATS, I64, One, Arg, Buffer, E, Load, LoweringError, MatmulTask, PointwiseTask, ReductionTask,
-    ScanTask, flat_index, index_vars, reindex, same, walk,
+    BOOL,
+    F32,
+    FLOATS,
+    I64,
+    Arg,
+    Buffer,
+    E,
+    Load,
+    LoweringError,
+    MatmulTask,
+    One,
+    PointwiseTask,
+    ReductionTask,
+    ScanTask,
+    flat_index,
+    index_vars,
+    reindex,
+    same,
+    walk,
 )
 from agent.proposers.lowering.lowerings import Program
 from agent.proposers.lowering.printer import Axis, Writer, sympy_text
@@ -38,23 +55,27 @@ class FusionError(LoweringError):
 
 @functools.lru_cache(maxsize=1)
 def env() -> jinja2.Environment:
-    return jinja2.Environment(loader=jinja2.PackageLoader("agent.proposers.lowering", "templates"),
-                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
-                              keep_trailing_newline=False)
+    return jinja2.Environment(
+        loader=jinja2.PackageLoader("agent.proposers.lowering", "templates"),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=False,
+    )
 
 
 COMBINERS = {
-    "argmax": '''@triton.jit
+    "argmax": """@triton.jit
 def _kscout_argmax(a, ai, b, bi):
     take = (a > b) | ((a == b) & (ai < bi))
-    return tl.where(take, a, b), tl.where(take, ai, bi)''',
-    "argmin": '''@triton.jit
+    return tl.where(take, a, b), tl.where(take, ai, bi)""",
+    "argmin": """@triton.jit
 def _kscout_argmin(a, ai, b, bi):
     take = (a < b) | ((a == b) & (ai < bi))
-    return tl.where(take, a, b), tl.where(take, ai, bi)''',
-    "mul": '''@triton.jit
+    return tl.where(take, a, b), tl.where(take, ai, bi)""",
+    "mul": """@triton.jit
 def _kscout_mul(a, b):
-    return a * b''',
+    return a * b""",
 }
 
 
@@ -144,7 +165,7 @@ def _decompose(var: str, dims: list, sizes: list, kernel: _Kernel, indent: int) 
     """Lines that split the flat index `var` into one variable per dim (row-major over `sizes`)."""
     lines = []
     for j, (name, size) in enumerate(zip(dims, sizes)):
-        stride = ir.prod(sizes[j + 1:])
+        stride = ir.prod(sizes[j + 1 :])
         if size == One:
             lines.append(f"{name} = {var} * 0")
             continue
@@ -222,7 +243,9 @@ def pointwise_kernel(g: Group, kernel: _Kernel, store: set[str]) -> dict:
         resolver.registers[t.out.name] = (flat, v)
         if t.out.name in store:
             kernel.use_buffer(t.out.name)
-            stores.append(f"    tl.store({t.out.name} + (xindex), {_cast_store(_tile(v, '[XBLOCK]'), t.out.name)}, xmask)")
+            stores.append(
+                f"    tl.store({t.out.name} + (xindex), {_cast_store(_tile(v, '[XBLOCK]'), t.out.name)}, xmask)"
+            )
     decomp = _decompose("xindex", [v.name for v in xv], shape, kernel, 4)
     _loads_used(kernel, lines, set(kernel.program.buffers))
     body = "\n".join(decomp + lines + stores)
@@ -234,14 +257,23 @@ def _flat_alias(index_fn, flat, name):
         if same(expr, flat) and not sympy.sympify(flat).is_number:
             return name
         return index_fn(expr)
+
     return index
 
 
 # ---------------------------------------------------------------- reductions, rows and windows
 
 
-_INIT = {"sum": "0", "prod": "1", "max": "float('-inf')", "min": "float('inf')", "any": "0", "all": "1",
-         "argmax": "float('-inf')", "argmin": "float('inf')"}
+_INIT = {
+    "sum": "0",
+    "prod": "1",
+    "max": "float('-inf')",
+    "min": "float('inf')",
+    "any": "0",
+    "all": "1",
+    "argmax": "float('-inf')",
+    "argmin": "float('inf')",
+}
 
 
 def _acc_dtype(t: ReductionTask) -> str:
@@ -279,9 +311,11 @@ def _red_update(t: ReductionTask, v: str, acc: str, j: int, mask: str, single: b
             kernel.combiners.add("mul")
             return [f"{r} = tl.reduce({masked}, 1, _kscout_mul)[:, None]"]
         kernel.combiners.add(t.rtype)
-        return [f"_, {r} = tl.reduce(({masked}, tl.broadcast_to(rindex, {masked}.shape).to(tl.int64)), 1, "
-                f"_kscout_{t.rtype})",
-                f"{r} = {r}[:, None]"]
+        return [
+            f"_, {r} = tl.reduce(({masked}, tl.broadcast_to(rindex, {masked}.shape).to(tl.int64)), 1, "
+            f"_kscout_{t.rtype})",
+            f"{r} = {r}[:, None]",
+        ]
     a = f"acc{j}"
     if t.rtype == "sum":
         return [f"{a} = {a} + {masked}"]
@@ -292,10 +326,12 @@ def _red_update(t: ReductionTask, v: str, acc: str, j: int, mask: str, single: b
     if t.rtype in ("min", "all"):
         return [f"{a} = tl.minimum({a}, {masked})"]
     cmp = ">" if t.rtype == "argmax" else "<"
-    return [f"vv{j} = {masked}",
-            f"better{j} = vv{j} {cmp} {a}",
-            f"{a}_i = tl.where(better{j}, tl.broadcast_to(rindex, {a}_i.shape).to(tl.int64), {a}_i)",
-            f"{a} = tl.where(better{j}, vv{j}, {a})"]
+    return [
+        f"vv{j} = {masked}",
+        f"better{j} = vv{j} {cmp} {a}",
+        f"{a}_i = tl.where(better{j}, tl.broadcast_to(rindex, {a}_i.shape).to(tl.int64), {a}_i)",
+        f"{a} = tl.where(better{j}, vv{j}, {a})",
+    ]
 
 
 def _red_init(t: ReductionTask, acc: str, j: int) -> list[str]:
@@ -336,9 +372,14 @@ def reduction_kernel(g: Group, kernel: _Kernel, store: set[str], cache_hints: bo
     kept_shape = [full[i] for i in kept]
     full_flat = flat_index(full, fv)
     x_flat = flat_index(kept_shape, kept_vars)
-    full_tasks = [t for t in g.tasks if isinstance(t, PointwiseTask) and len(t.out.shape) == n
-                  and all(same(a, b) for a, b in zip(t.out.shape, full)) and not (
-                      len(kept_shape) == n and all(same(a, b) for a, b in zip(kept_shape, full)))]
+    full_tasks = [
+        t
+        for t in g.tasks
+        if isinstance(t, PointwiseTask)
+        and len(t.out.shape) == n
+        and all(same(a, b) for a, b in zip(t.out.shape, full))
+        and not (len(kept_shape) == n and all(same(a, b) for a, b in zip(kept_shape, full)))
+    ]
     x_tasks = [t for t in g.tasks if isinstance(t, PointwiseTask) and t not in full_tasks]
 
     def body_of(t):
@@ -380,8 +421,10 @@ def reduction_kernel(g: Group, kernel: _Kernel, store: set[str], cache_hints: bo
                     resolver.current = t.out.name
                     v = w.value(body_of(t))
                     kernel.use_buffer(t.out.name)
-                    lines.append(f"tl.store({t.out.name} + {_tile(w.index(full_flat), _XR)}, "
-                                 f"{_cast_store(_tile(v, _XR), t.out.name)}, {mask})")
+                    lines.append(
+                        f"tl.store({t.out.name} + {_tile(w.index(full_flat), _XR)}, "
+                        f"{_cast_store(_tile(v, _XR), t.out.name)}, {mask})"
+                    )
             out += lines
         else:
             stored_full = [t for t in full_tasks if t.out.name in store]
@@ -398,8 +441,10 @@ def reduction_kernel(g: Group, kernel: _Kernel, store: set[str], cache_hints: bo
                 out.append(f"for roffset in range(0, {kernel.size(ir.prod([full[i] for i in reduced]))}, RBLOCK):")
                 out.append("    rindex = roffset + rbase")
                 out.append(f"    rmask = rindex < {kernel.size(ir.prod([full[i] for i in reduced]))}")
-                out += ["    " + x.strip() for x in _decompose("rindex", [fv[i].name for i in reduced],
-                                                             [full[i] for i in reduced], kernel, 0)]
+                out += [
+                    "    " + x.strip()
+                    for x in _decompose("rindex", [fv[i].name for i in reduced], [full[i] for i in reduced], kernel, 0)
+                ]
                 out += ["    " + x for x in body]
                 out += _red_final(t, j, kernel)
                 resolver.pending.discard(t.out.name)
@@ -415,14 +460,18 @@ def reduction_kernel(g: Group, kernel: _Kernel, store: set[str], cache_hints: bo
                     resolver.current = t.out.name
                     v = w.value(body_of(t))
                     kernel.use_buffer(t.out.name)
-                    stores.append(f"tl.store({t.out.name} + {_tile(w.index(full_flat), _XR)}, "
-                                  f"{_cast_store(_tile(v, _XR), t.out.name)}, {mask})")
+                    stores.append(
+                        f"tl.store({t.out.name} + {_tile(w.index(full_flat), _XR)}, "
+                        f"{_cast_store(_tile(v, _XR), t.out.name)}, {mask})"
+                    )
                 rn = kernel.size(ir.prod([full[i] for i in reduced]))
                 out.append(f"for roffset in range(0, {rn}, RBLOCK):")
                 out.append("    rindex = roffset + rbase")
                 out.append(f"    rmask = rindex < {rn}")
-                out += ["    " + x.strip() for x in _decompose("rindex", [fv[i].name for i in reduced],
-                                                             [full[i] for i in reduced], kernel, 0)]
+                out += [
+                    "    " + x.strip()
+                    for x in _decompose("rindex", [fv[i].name for i in reduced], [full[i] for i in reduced], kernel, 0)
+                ]
                 out += ["    " + x for x in lines + stores]
         # the kept space: epilogues and the stored reductions
         lines = []
@@ -437,7 +486,9 @@ def reduction_kernel(g: Group, kernel: _Kernel, store: set[str], cache_hints: bo
             v = w.value(body_of(t))
             if t.out.name in store:
                 kernel.use_buffer(t.out.name)
-                lines.append(f"tl.store({t.out.name} + (xindex), {_cast_store(_tile(v, '[XBLOCK, 1]'), t.out.name)}, xmask)")
+                lines.append(
+                    f"tl.store({t.out.name} + (xindex), {_cast_store(_tile(v, '[XBLOCK, 1]'), t.out.name)}, xmask)"
+                )
         out += lines
         return out
 
@@ -446,10 +497,14 @@ def reduction_kernel(g: Group, kernel: _Kernel, store: set[str], cache_hints: bo
     rdecomp = _decompose("rindex", [fv[i].name for i in reduced], [full[i] for i in reduced], kernel, 8)
     _loads_used(kernel, single + looped, set(kernel.program.buffers))
     return dict(
-        xnumel=kernel.size(ir.prod(kept_shape)), rnumel=kernel.size(ir.prod([full[i] for i in reduced])),
+        xnumel=kernel.size(ir.prod(kept_shape)),
+        rnumel=kernel.size(ir.prod([full[i] for i in reduced])),
         xdecomp="\n".join(_decompose("xindex", [fv[i].name for i in kept], kept_shape, kernel, 4)) or "    pass",
-        single="\n".join(rdecomp) + "\n" + _indent(single, 8), looped=_indent(looped, 8),
-        shape=", ".join(sympy_text(s) for s in full), reduced=str(tuple(reduced)), kind=g.kind,
+        single="\n".join(rdecomp) + "\n" + _indent(single, 8),
+        looped=_indent(looped, 8),
+        shape=", ".join(sympy_text(s) for s in full),
+        reduced=str(tuple(reduced)),
+        kind=g.kind,
     )
 
 
@@ -465,14 +520,16 @@ def matmul_kernel(g: Group, kernel: _Kernel, store: set[str], precision: str) ->
     bdecomp = _decompose("bid", [v.name for v in bv], list(mm.batch), kernel, 4)
     a_lines: list[str] = []
     baxes = {v: Axis(v.name) for v in bv}
-    wa = kernel.writer({**baxes, vm: Axis("am", "am_mask"), vk: Axis("ak", "ak_mask")}, a_lines, counter,
-                       indent="        ")
+    wa = kernel.writer(
+        {**baxes, vm: Axis("am", "am_mask"), vk: Axis("ak", "ak_mask")}, a_lines, counter, indent="        "
+    )
     kernel.note_expr(mm.a_body)
     kernel.note_expr(mm.b_body)
     a_val = wa.value(mm.a_body)
     b_lines: list[str] = []
-    wb = kernel.writer({**baxes, vk: Axis("bk", "bk_mask"), vn: Axis("bn", "bn_mask")}, b_lines, counter,
-                       indent="        ")
+    wb = kernel.writer(
+        {**baxes, vk: Axis("bk", "bk_mask"), vn: Axis("bn", "bn_mask")}, b_lines, counter, indent="        "
+    )
     b_val = wb.value(mm.b_body)
     out_vars = mm.coords(bv, vm, vn)
     flat = flat_index(mm.out.shape, out_vars)
@@ -480,13 +537,16 @@ def matmul_kernel(g: Group, kernel: _Kernel, store: set[str], precision: str) ->
     resolver.registers[mm.out.name] = (flat, "acc")
     resolver.pending = {t.out.name for t in g.tasks[1:]}
     e_lines: list[str] = []
-    we = kernel.writer({**baxes, vm: Axis("em", "am_mask"), vn: Axis("en", "bn_mask")}, e_lines, counter,
-                       resolve=resolver)
+    we = kernel.writer(
+        {**baxes, vm: Axis("em", "am_mask"), vn: Axis("en", "bn_mask")}, e_lines, counter, resolve=resolver
+    )
     stores = []
     if mm.out.name in store:
         kernel.use_buffer(mm.out.name)
-        stores.append(f"    tl.store({mm.out.name} + {_tile(we.index(flat), '[BLOCK_M, BLOCK_N]')}, "
-                      f"{_cast_store('acc', mm.out.name)}, emask)")
+        stores.append(
+            f"    tl.store({mm.out.name} + {_tile(we.index(flat), '[BLOCK_M, BLOCK_N]')}, "
+            f"{_cast_store('acc', mm.out.name)}, emask)"
+        )
     for t in g.tasks[1:]:
         resolver.current = t.out.name
         body = reindex(t.body, dict(zip(index_vars("x", len(out_vars)), out_vars)))
@@ -496,14 +556,24 @@ def matmul_kernel(g: Group, kernel: _Kernel, store: set[str], precision: str) ->
         resolver.inline[t.out.name] = (flat_index(t.out.shape, out_vars), body)
         if t.out.name in store:
             kernel.use_buffer(t.out.name)
-            stores.append(f"    tl.store({t.out.name} + {_tile(we.index(flat), '[BLOCK_M, BLOCK_N]')}, "
-                          f"{_cast_store(_tile(v, '[BLOCK_M, BLOCK_N]'), t.out.name)}, emask)")
+            stores.append(
+                f"    tl.store({t.out.name} + {_tile(we.index(flat), '[BLOCK_M, BLOCK_N]')}, "
+                f"{_cast_store(_tile(v, '[BLOCK_M, BLOCK_N]'), t.out.name)}, emask)"
+            )
     _loads_used(kernel, a_lines + b_lines + e_lines, set(kernel.program.buffers))
     return dict(
-        m=kernel.size(mm.m), n=kernel.size(mm.n), k=kernel.size(mm.k), bdecomp="\n".join(bdecomp),
-        a_body="\n".join(a_lines), a_value=a_val, b_body="\n".join(b_lines), b_value=b_val,
-        epilogue="\n".join(e_lines + stores), precision=precision,
-        a_plain=_plain_load(mm.a_body, {vm, vk}), b_plain=_plain_load(mm.b_body, {vk, vn}),
+        m=kernel.size(mm.m),
+        n=kernel.size(mm.n),
+        k=kernel.size(mm.k),
+        bdecomp="\n".join(bdecomp),
+        a_body="\n".join(a_lines),
+        a_value=a_val,
+        b_body="\n".join(b_lines),
+        b_value=b_val,
+        epilogue="\n".join(e_lines + stores),
+        precision=precision,
+        a_plain=_plain_load(mm.a_body, {vm, vk}),
+        b_plain=_plain_load(mm.b_body, {vk, vn}),
         shape=", ".join(sympy_text(s) for s in mm.out.shape),
         a_shape=", ".join(sympy_text(s) for s in list(mm.batch) + [mm.m, mm.k]),
         b_shape=", ".join(sympy_text(s) for s in list(mm.batch) + [mm.k, mm.n]),
@@ -556,8 +626,9 @@ def scan_kernel(g: Group, kernel: _Kernel, store: set[str]) -> dict:
         stores = []
         if sc.out.name in store:
             kernel.use_buffer(sc.out.name)
-            stores.append(f"tl.store({sc.out.name} + {_tile(w.index(flat), _XR)}, {_cast_store('c', sc.out.name)}, "
-                          f"xmask & rmask)")
+            stores.append(
+                f"tl.store({sc.out.name} + {_tile(w.index(flat), _XR)}, {_cast_store('c', sc.out.name)}, xmask & rmask)"
+            )
         for t in g.tasks[1:]:
             resolver.current = t.out.name
             kernel.note_expr(t.body)
@@ -566,8 +637,10 @@ def scan_kernel(g: Group, kernel: _Kernel, store: set[str]) -> dict:
             resolver.inline[t.out.name] = (flat, t.body)
             if t.out.name in store:
                 kernel.use_buffer(t.out.name)
-                stores.append(f"tl.store({t.out.name} + {_tile(w.index(flat), _XR)}, "
-                              f"{_cast_store(_tile(val, _XR), t.out.name)}, xmask & rmask)")
+                stores.append(
+                    f"tl.store({t.out.name} + {_tile(w.index(flat), _XR)}, "
+                    f"{_cast_store(_tile(val, _XR), t.out.name)}, xmask & rmask)"
+                )
         return lines + stores
 
     rdecomp = [f"x{sc.axis} = rindex"]
@@ -575,11 +648,17 @@ def scan_kernel(g: Group, kernel: _Kernel, store: set[str]) -> dict:
     looped = rdecomp + run(False)
     _loads_used(kernel, single + looped, set(kernel.program.buffers))
     return dict(
-        xnumel=kernel.size(ir.prod([shape[i] for i in others])), rnumel=kernel.size(shape[sc.axis]),
+        xnumel=kernel.size(ir.prod([shape[i] for i in others])),
+        rnumel=kernel.size(shape[sc.axis]),
         xdecomp="\n".join(_decompose("xindex", [xv[i].name for i in others], [shape[i] for i in others], kernel, 4))
         or "    pass",
-        single=_indent(single, 8), looped=_indent(looped, 12), identity=identity, acc_dtype=acc, rtype=sc.rtype,
-        axis=sc.axis, shape=", ".join(sympy_text(s) for s in shape),
+        single=_indent(single, 8),
+        looped=_indent(looped, 12),
+        identity=identity,
+        acc_dtype=acc,
+        rtype=sc.rtype,
+        axis=sc.axis,
+        shape=", ".join(sympy_text(s) for s in shape),
     )
 
 

@@ -37,8 +37,9 @@ class UnsupportedOps(LoweringError):
     def __init__(self, ops: Sequence[str], schedules: Sequence[str], where: str = ""):
         self.ops = tuple(dict.fromkeys(ops))
         names = ", ".join(self.ops)
-        super().__init__(f"{where}{': ' if where else ''}no schedule lowers {names}; "
-                         f"schedules known: {', '.join(schedules)}")
+        super().__init__(
+            f"{where}{': ' if where else ''}no schedule lowers {names}; schedules known: {', '.join(schedules)}"
+        )
 
 
 # compute dtypes: what a value is while a kernel works on it (storage dtypes live on buffers)
@@ -204,12 +205,14 @@ def substitute(e: E, fn: Callable[[E], Optional[E]]) -> E:
 
 def reindex(e: E, mapping: dict) -> E:
     """Substitute index symbols in every load and index expression."""
+
     def fn(x: E) -> Optional[E]:
         if isinstance(x, Load):
             return Load(x.dtype, x.buffer, sympy.expand(x.index.xreplace(mapping)))
         if isinstance(x, Index):
             return Index(x.dtype, sympy.expand(x.expr.xreplace(mapping)))
         return None
+
     return substitute(e, fn)
 
 
@@ -234,8 +237,17 @@ class Buffer:
     def compute(self) -> str:
         if self.storage == "float":
             return F32
-        return {"float64": F64, "bool": BOOL, "int32": I32, "int16": I32, "int8": I32, "uint8": I32,
-                "float32": F32, "bfloat16": F32, "float16": F32}.get(self.storage, I64)
+        return {
+            "float64": F64,
+            "bool": BOOL,
+            "int32": I32,
+            "int16": I32,
+            "int8": I32,
+            "uint8": I32,
+            "float32": F32,
+            "bfloat16": F32,
+            "float16": F32,
+        }.get(self.storage, I64)
 
 
 class Value:
@@ -266,8 +278,14 @@ class BufferValue(Value):
 
 
 class Lazy(Value):
-    def __init__(self, shape: Sequence[Expr], dtype: str, fn: Callable[[Sequence[Expr]], E],
-                 alias: Optional[Buffer] = None, view_of: Optional["Value"] = None):
+    def __init__(
+        self,
+        shape: Sequence[Expr],
+        dtype: str,
+        fn: Callable[[Sequence[Expr]], E],
+        alias: Optional[Buffer] = None,
+        view_of: Optional["Value"] = None,
+    ):
         self.shape = tuple(sym(s) for s in shape)
         self.dtype = dtype
         self.fn = fn

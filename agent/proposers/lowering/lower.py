@@ -17,7 +17,16 @@ import torch
 from agent.proposers.lowering import ir
 from agent.proposers.lowering.capture import CARRIER_OFFSET, Captured
 from agent.proposers.lowering.ir import (
-    Arg, BufferValue, Lazy, LoweringError, PointwiseTask, Value, compute_dtype, index_vars, size_of, sym,
+    Arg,
+    BufferValue,
+    Lazy,
+    LoweringError,
+    PointwiseTask,
+    Value,
+    compute_dtype,
+    index_vars,
+    size_of,
+    sym,
 )
 from agent.proposers.lowering.lowerings import LOWERINGS, Program, unsupported
 
@@ -96,8 +105,7 @@ class Lowerer:
                 buf = p.new_buffer(self._bind_dims(source, fake), storage, kind="param", source=source, prefix="p_")
             else:
                 storage = "float" if ph.dtype.is_floating_point else _storage_name(ph.dtype)
-                buf = p.new_buffer(self._bind_dims(ph.name, fake), storage, kind="input", source=ph.name,
-                                   prefix="in_")
+                buf = p.new_buffer(self._bind_dims(ph.name, fake), storage, kind="input", source=ph.name, prefix="in_")
                 p.inputs.append(ph.name)
             self.values[node] = BufferValue(buf)
         missing = []
@@ -122,8 +130,11 @@ class Lowerer:
                 self.values[node] = None
                 continue
             args = [self._arg(a) for a in node.args]
-            kwargs = {k: self._arg(v) for k, v in node.kwargs.items() if k not in ("device", "layout", "pin_memory",
-                                                                              "memory_format", "dtype")}
+            kwargs = {
+                k: self._arg(v)
+                for k, v in node.kwargs.items()
+                if k not in ("device", "layout", "pin_memory", "memory_format", "dtype")
+            }
             out = fn(self, node, *args, **kwargs)
             self.values[node] = self._maybe_realize(node, out)
         if missing:
@@ -149,13 +160,15 @@ class Lowerer:
         body = out.load(index_vars("x", len(out.shape)))
         if size_of(body) <= RECOMPUTE_LIMIT:
             return out
-        return self.realize(out, compute_dtype(node.meta["val"].dtype) if hasattr(node.meta.get("val"), "dtype")
-                            else out.dtype)
+        return self.realize(
+            out, compute_dtype(node.meta["val"].dtype) if hasattr(node.meta.get("val"), "dtype") else out.dtype
+        )
 
     def realize(self, value: Value, dtype: str, kind: str = "temp", storage: str = "") -> BufferValue:
         body = value.load(index_vars("x", len(value.shape)))
-        store = storage or {ir.F32: "float32", ir.F64: "float64", ir.I64: "int64", ir.I32: "int32",
-                            ir.BOOL: "bool"}[dtype]
+        store = (
+            storage or {ir.F32: "float32", ir.F64: "float64", ir.I64: "int64", ir.I32: "int32", ir.BOOL: "bool"}[dtype]
+        )
         buf = self.program.new_buffer(value.shape, store, kind=kind)
         return self.program.add(PointwiseTask(out=buf, body=body))
 
@@ -171,10 +184,16 @@ class Lowerer:
                 raise LoweringError(f"{self.name}: an output of the forward is not a tensor")
             meta = o.meta.get("val")
             floating = isinstance(meta, torch.Tensor) and meta.is_floating_point()
-            storage = "float" if floating else _storage_name(meta.dtype) if isinstance(meta, torch.Tensor) else "float32"
+            storage = (
+                "float" if floating else _storage_name(meta.dtype) if isinstance(meta, torch.Tensor) else "float32"
+            )
             buf = v.alias
-            direct = (buf is not None and buf.name in produced and buf.name not in used
-                      and ir.same(ir.prod(buf.shape), ir.prod(v.shape)))
+            direct = (
+                buf is not None
+                and buf.name in produced
+                and buf.name not in used
+                and ir.same(ir.prod(buf.shape), ir.prod(v.shape))
+            )
             base = getattr(v, "view_of", None)
             if direct:
                 buf.kind = "output"
@@ -218,7 +237,7 @@ def _display(target, node=None) -> str:
         return f"conv{'_transpose' if transposed else ''}{max(1, rank - 2)}d"
     for prefix in ("aten.", "prims."):
         if text.startswith(prefix):
-            text = text[len(prefix):]
+            text = text[len(prefix) :]
     for suffix in (".default", ".Tensor", ".Scalar", ".int", ".dim"):
         if text.endswith(suffix):
             text = text[: -len(suffix)]

@@ -17,14 +17,45 @@ import torch
 
 from agent.proposers.lowering import ir
 from agent.proposers.lowering.ir import (
-    BOOL, F32, FLOATS, I64, One, Zero, Buffer, BufferValue, Const, E, Index, Lazy, Load, LoweringError,
-    Masked, MatmulTask, Op, ReductionTask, ScanTask, UnsupportedOps, Value, compute_dtype, flat_index,
-    index_vars, prod, same, sym, unflatten,
+    BOOL,
+    F32,
+    FLOATS,
+    I64,
+    Buffer,
+    BufferValue,
+    Const,
+    E,
+    Index,
+    Lazy,
+    Load,
+    LoweringError,
+    Masked,
+    MatmulTask,
+    One,
+    Op,
+    ReductionTask,
+    ScanTask,
+    UnsupportedOps,
+    Value,
+    Zero,
+    compute_dtype,
+    flat_index,
+    index_vars,
+    prod,
+    same,
+    sym,
+    unflatten,
 )
 
 aten = torch.ops.aten
-SCHEDULES = ("pointwise", "reduction", "row-wise normalisation", "scan", "window (pooling)",
-             "contraction (matmul, implicit-GEMM convolution)")
+SCHEDULES = (
+    "pointwise",
+    "reduction",
+    "row-wise normalisation",
+    "scan",
+    "window (pooling)",
+    "contraction (matmul, implicit-GEMM convolution)",
+)
 
 LOWERINGS: dict[Any, Callable] = {}
 
@@ -34,6 +65,7 @@ def register(*targets):
         for t in targets:
             LOWERINGS[t] = fn
         return fn
+
     return wrap
 
 
@@ -122,8 +154,11 @@ def as_value(x: Any, dtype: Optional[str] = None) -> Value:
         d = dtype or F32
     elif isinstance(x, sympy.Basic):
         expr = x
-        return Lazy((), dtype or (F32 if not expr.is_integer else I64),
-                    lambda idx, expr=expr, d=dtype: cast(Index(I64, expr), d or (F32 if not expr.is_integer else I64)))
+        return Lazy(
+            (),
+            dtype or (F32 if not expr.is_integer else I64),
+            lambda idx, expr=expr, d=dtype: cast(Index(I64, expr), d or (F32 if not expr.is_integer else I64)),
+        )
     else:
         raise LoweringError(f"internal: cannot use {type(x).__name__} as a tensor")
     value = x
@@ -166,15 +201,39 @@ def _unary(op: str):
     def lower(lw, node, x, *rest, **kw):
         d = result_dtype(node)
         return pointwise(d, lambda a: Op(d, op, (a,)), x, compute=d)
+
     return lower
 
 
 for _name, _op in {
-    "exp": "exp", "log": "log", "log1p": "log1p", "sqrt": "sqrt", "rsqrt": "rsqrt", "sin": "sin", "cos": "cos",
-    "tanh": "tanh", "sigmoid": "sigmoid", "erf": "erf", "abs": "abs", "neg": "neg", "relu": "relu",
-    "floor": "floor", "ceil": "ceil", "trunc": "trunc", "round": "round", "sign": "sign", "exp2": "exp2",
-    "log2": "log2", "reciprocal": "reciprocal", "expm1": "expm1", "logical_not": "not", "bitwise_not": "not",
-    "isnan": "isnan", "sgn": "sign", "silu": "silu", "log10": "log10",
+    "exp": "exp",
+    "log": "log",
+    "log1p": "log1p",
+    "sqrt": "sqrt",
+    "rsqrt": "rsqrt",
+    "sin": "sin",
+    "cos": "cos",
+    "tanh": "tanh",
+    "sigmoid": "sigmoid",
+    "erf": "erf",
+    "abs": "abs",
+    "neg": "neg",
+    "relu": "relu",
+    "floor": "floor",
+    "ceil": "ceil",
+    "trunc": "trunc",
+    "round": "round",
+    "sign": "sign",
+    "exp2": "exp2",
+    "log2": "log2",
+    "reciprocal": "reciprocal",
+    "expm1": "expm1",
+    "logical_not": "not",
+    "bitwise_not": "not",
+    "isnan": "isnan",
+    "sgn": "sign",
+    "silu": "silu",
+    "log10": "log10",
 }.items():
     packet = getattr(aten, _name, None)
     if packet is not None:
@@ -197,16 +256,32 @@ def _binary(op: str, compare: bool = False):
             scale = alpha
             return pointwise(d, lambda x, y: Op(d, op, (x, Op(d, "mul", (y, Const(d, scale))))), a, b, compute=d)
         return pointwise(d, lambda x, y: Op(d, op, (x, y)), a, b, compute=d)
+
     return lower
 
 
 for _name, _op, _cmp in (
-    ("add", "add", False), ("sub", "sub", False), ("mul", "mul", False), ("maximum", "maximum", False),
-    ("minimum", "minimum", False), ("fmax", "maximum", False), ("fmin", "minimum", False),
-    ("eq", "eq", True), ("ne", "ne", True), ("lt", "lt", True), ("le", "le", True), ("gt", "gt", True),
-    ("ge", "ge", True), ("logical_and", "and", False), ("logical_or", "or", False), ("logical_xor", "xor", False),
-    ("bitwise_and", "and", False), ("bitwise_or", "or", False), ("atan2", "atan2", False),
-    ("remainder", "remainder", False), ("fmod", "fmod", False),
+    ("add", "add", False),
+    ("sub", "sub", False),
+    ("mul", "mul", False),
+    ("maximum", "maximum", False),
+    ("minimum", "minimum", False),
+    ("fmax", "maximum", False),
+    ("fmin", "minimum", False),
+    ("eq", "eq", True),
+    ("ne", "ne", True),
+    ("lt", "lt", True),
+    ("le", "le", True),
+    ("gt", "gt", True),
+    ("ge", "ge", True),
+    ("logical_and", "and", False),
+    ("logical_or", "or", False),
+    ("logical_xor", "xor", False),
+    ("bitwise_and", "and", False),
+    ("bitwise_or", "or", False),
+    ("atan2", "atan2", False),
+    ("remainder", "remainder", False),
+    ("fmod", "fmod", False),
 ):
     for _ns in (aten, torch.ops.prims):
         packet = getattr(_ns, _name, None)
@@ -217,12 +292,15 @@ for _name, _op, _cmp in (
 @register(aten.rsub.Tensor, aten.rsub.Scalar)
 def _rsub(lw, node, a, b, alpha=1):
     d = result_dtype(node)
-    return pointwise(d, lambda x, y: Op(d, "sub", (y, Op(d, "mul", (x, Const(d, alpha))) if alpha != 1 else x)),
-                     a, b, compute=d)
+    return pointwise(
+        d, lambda x, y: Op(d, "sub", (y, Op(d, "mul", (x, Const(d, alpha))) if alpha != 1 else x)), a, b, compute=d
+    )
 
 
-@register(*[getattr(aten.div, o) for o in aten.div.overloads()], *[getattr(torch.ops.prims.div, o)
-                                                                    for o in torch.ops.prims.div.overloads()])
+@register(
+    *[getattr(aten.div, o) for o in aten.div.overloads()],
+    *[getattr(torch.ops.prims.div, o) for o in torch.ops.prims.div.overloads()],
+)
 def _div(lw, node, a, b, rounding_mode=None):
     d = result_dtype(node)
     if rounding_mode is None:
@@ -261,6 +339,7 @@ def _clamp_side(op: str):
     def lower(lw, node, x, bound):
         d = result_dtype(node)
         return pointwise(d, lambda v, m: Op(d, op, (v, m)), x, bound, compute=d)
+
     return lower
 
 
@@ -268,16 +347,22 @@ register(*[getattr(aten.clamp_min, o) for o in aten.clamp_min.overloads()])(_cla
 register(*[getattr(aten.clamp_max, o) for o in aten.clamp_max.overloads()])(_clamp_side("minimum"))
 
 
-@register(*[getattr(aten.where, o) for o in aten.where.overloads() if o != "default"],
-          *[getattr(torch.ops.prims.where, o) for o in torch.ops.prims.where.overloads()])
+@register(
+    *[getattr(aten.where, o) for o in aten.where.overloads() if o != "default"],
+    *[getattr(torch.ops.prims.where, o) for o in torch.ops.prims.where.overloads()],
+)
 def _where(lw, node, cond, a, b):
     d = result_dtype(node)
     vc, va, vb = as_value(cond), as_value(a), as_value(b)
     shape = broadcast_shapes(vc.shape, va.shape, vb.shape)
 
     def load(idx):
-        return Op(d, "where", (cast(bload(vc, shape, idx), BOOL), cast(bload(va, shape, idx), d),
-                               cast(bload(vb, shape, idx), d)))
+        return Op(
+            d,
+            "where",
+            (cast(bload(vc, shape, idx), BOOL), cast(bload(va, shape, idx), d), cast(bload(vb, shape, idx), d)),
+        )
+
     return Lazy(shape, d, load)
 
 
@@ -287,8 +372,9 @@ def _to_copy(lw, node, x, *args, **kw):
     return pointwise(d, lambda v: cast(v, d), x, compute=as_value(x).dtype)
 
 
-@register(aten.clone.default, aten.alias.default, aten.detach.default, aten.lift_fresh_copy.default,
-          aten.contiguous.default)
+@register(
+    aten.clone.default, aten.alias.default, aten.detach.default, aten.lift_fresh_copy.default, aten.contiguous.default
+)
 def _identity(lw, node, x, *args, **kw):
     return x
 
@@ -347,6 +433,7 @@ def _reshape_value(x: Value, shape: Sequence) -> Value:
         known = prod([s for s in shape if not (s.is_Integer and int(s) == -1)])
         total = prod(x.shape)
         from torch.utils._sympy.functions import FloorDiv
+
         shape = [FloorDiv(total, known) if (s.is_Integer and int(s) == -1) else s for s in shape]
         shape = [sympy.simplify(s) for s in shape]
     if x.alias is not None:
@@ -366,10 +453,12 @@ def _reshape_value(x: Value, shape: Sequence) -> Value:
             for i, j in zip(src, dst):
                 sub[i] = idx[j]
             return x.load(sub)
+
         return Lazy(shape, x.dtype, load, view_of=_view_base(x))
 
     def load(idx):
         return x.load(unflatten(flat_index(shape, idx), x.shape))
+
     return Lazy(shape, x.dtype, load, view_of=_view_base(x))
 
 
@@ -410,6 +499,7 @@ def _permute(lw, node, x, dims):
         for out_axis, d in enumerate(dims):
             sub[d] = idx[out_axis]
         return x.load(sub)
+
     return Lazy(shape, x.dtype, load)
 
 
@@ -440,6 +530,7 @@ def _expand(lw, node, x, size, *args, **kw):
 
     def load(idx):
         return bload(x, out, idx)
+
     return Lazy(out, x.dtype, load)
 
 
@@ -448,7 +539,7 @@ def _slice(lw, node, x, dim=0, start=None, end=None, step=1):
     dim = dim % len(x.shape)
     size = x.shape[dim]
     start = Zero if start is None else sym(start)
-    end = size if end is None or (isinstance(end, int) and end >= 2 ** 62) else sym(end)
+    end = size if end is None or (isinstance(end, int) and end >= 2**62) else sym(end)
     if (start.is_Integer and start < 0) or (end.is_Integer and end < 0):
         start = start + size if start.is_Integer and start < 0 else start
         end = end + size if end.is_Integer and end < 0 else end
@@ -461,6 +552,7 @@ def _slice(lw, node, x, dim=0, start=None, end=None, step=1):
         sub = list(idx)
         sub[dim] = start + idx[dim] * step
         return x.load(sub)
+
     return Lazy(shape, x.dtype, load)
 
 
@@ -470,10 +562,11 @@ def _select(lw, node, x, dim, index):
     index = sym(index)
     if index.is_Integer and index < 0:
         index = index + x.shape[dim]
-    shape = list(x.shape[:dim]) + list(x.shape[dim + 1:])
+    shape = list(x.shape[:dim]) + list(x.shape[dim + 1 :])
 
     def load(idx):
         return x.load(list(idx[:dim]) + [index] + list(idx[dim:]))
+
     return Lazy(shape, x.dtype, load)
 
 
@@ -483,6 +576,7 @@ def _flip(lw, node, x, dims):
 
     def load(idx):
         return x.load([x.shape[i] - 1 - v if i in dims else v for i, v in enumerate(idx)])
+
     return Lazy(x.shape, x.dtype, load)
 
 
@@ -503,19 +597,34 @@ def _cat(lw, node, tensors, dim=0):
         for t, off in reversed(list(zip(tensors, offsets))):
             sub = list(idx)
             sub[dim] = idx[dim] - off
-            inside = Op(BOOL, "and", (Op(BOOL, "ge", (Index(I64, idx[dim] - off), Const(I64, 0))),
-                                      Op(BOOL, "lt", (Index(I64, idx[dim] - off), Index(I64, t.shape[dim])))))
+            inside = Op(
+                BOOL,
+                "and",
+                (
+                    Op(BOOL, "ge", (Index(I64, idx[dim] - off), Const(I64, 0))),
+                    Op(BOOL, "lt", (Index(I64, idx[dim] - off), Index(I64, t.shape[dim]))),
+                ),
+            )
             value = Masked(d, inside, cast(t.load(sub), d), 0)
             out = value if out is None else Op(d, "where", (inside, value, out))
         return out
+
     return Lazy(shape, d, load)
 
 
 # ---------------------------------------------------------------- reductions
 
 
-_RED_STORAGE = {"sum": None, "max": None, "min": None, "prod": None, "argmax": I64, "argmin": I64,
-                "any": BOOL, "all": BOOL}
+_RED_STORAGE = {
+    "sum": None,
+    "max": None,
+    "min": None,
+    "prod": None,
+    "argmax": I64,
+    "argmin": I64,
+    "any": BOOL,
+    "all": BOOL,
+}
 
 
 def reduce(lw, x: Value, dims, keepdim: bool, rtype: str, out_dtype: Optional[str] = None) -> Value:
@@ -543,8 +652,9 @@ def reduce(lw, x: Value, dims, keepdim: bool, rtype: str, out_dtype: Optional[st
         elif rtype in ("sum", "prod") and body.dtype not in FLOATS and dtype in FLOATS:
             body = cast(body, dtype)
         buf = lw.program.new_buffer([x.shape[i] for i in kept], _storage(dtype))
-        out = lw.program.add(ReductionTask(out=buf, full_shape=tuple(x.shape), reduced=tuple(axes), rtype=rtype,
-                                           body=body))
+        out = lw.program.add(
+            ReductionTask(out=buf, full_shape=tuple(x.shape), reduced=tuple(axes), rtype=rtype, body=body)
+        )
     if keepdim:
         shape = [One if i in axes else x.shape[i] for i in range(rank)]
         out = _reshape_value(out, shape)
@@ -636,9 +746,21 @@ def _var_mean(lw, x: Value, dims, correction, keepdim: bool):
     ss = reduce(lw, dev, axes, keepdim, "sum", out_dtype=d)
     corr = 1 if correction is None else correction
     denom = n - sym(corr)
-    var = pointwise(d, lambda v: Op(d, "div", (v, cast(Index(I64, denom), d) if sym(corr).is_Integer
-                                              else Op(d, "sub", (cast(Index(I64, n), d), Const(d, float(corr)))))),
-                    ss, compute=d)
+    var = pointwise(
+        d,
+        lambda v: Op(
+            d,
+            "div",
+            (
+                v,
+                cast(Index(I64, denom), d)
+                if sym(corr).is_Integer
+                else Op(d, "sub", (cast(Index(I64, n), d), Const(d, float(corr)))),
+            ),
+        ),
+        ss,
+        compute=d,
+    )
     if not keepdim:
         mean = _reshape_value(mean, [x.shape[i] for i in range(rank) if i not in axes])
     return var, mean
@@ -682,12 +804,19 @@ def _matvec(lw, a: Value, b: Value, batch: Sequence) -> Value:
     out_shape = list(batch) + [m, n]
     full = out_shape + [k]
     fv = index_vars("f", len(full))
-    bi, vm, vn, vk = list(fv[:len(batch)]), fv[len(batch)], fv[len(batch) + 1], fv[-1]
-    prod_e = Op(F32, "mul", (cast(bload(a, list(batch) + [m, k], bi + [vm, vk]), F32),
-                             cast(bload(b, list(batch) + [k, n], bi + [vk, vn]), F32)))
+    bi, vm, vn, vk = list(fv[: len(batch)]), fv[len(batch)], fv[len(batch) + 1], fv[-1]
+    prod_e = Op(
+        F32,
+        "mul",
+        (
+            cast(bload(a, list(batch) + [m, k], bi + [vm, vk]), F32),
+            cast(bload(b, list(batch) + [k, n], bi + [vk, vn]), F32),
+        ),
+    )
     buf = lw.program.new_buffer(out_shape, "float32")
-    return lw.program.add(ReductionTask(out=buf, full_shape=tuple(full), reduced=(len(full) - 1,), rtype="sum",
-                                        body=prod_e))
+    return lw.program.add(
+        ReductionTask(out=buf, full_shape=tuple(full), reduced=(len(full) - 1,), rtype="sum", body=prod_e)
+    )
 
 
 @register(aten.mm.default)
@@ -704,18 +833,40 @@ def _bmm(lw, node, a, b):
 def _addmm(lw, node, bias, a, b, beta=1, alpha=1):
     d = result_dtype(node)
     out = _matmul(lw, a, b, ())
-    return pointwise(d, lambda c, v: Op(d, "add", (Op(d, "mul", (c, Const(d, float(alpha)))) if alpha != 1 else c,
-                                                   Op(d, "mul", (v, Const(d, float(beta)))) if beta != 1 else v)),
-                     out, bias, compute=d)
+    return pointwise(
+        d,
+        lambda c, v: Op(
+            d,
+            "add",
+            (
+                Op(d, "mul", (c, Const(d, float(alpha)))) if alpha != 1 else c,
+                Op(d, "mul", (v, Const(d, float(beta)))) if beta != 1 else v,
+            ),
+        ),
+        out,
+        bias,
+        compute=d,
+    )
 
 
 @register(aten.baddbmm.default)
 def _baddbmm(lw, node, bias, a, b, beta=1, alpha=1):
     d = result_dtype(node)
     out = _bmm(lw, node, a, b)
-    return pointwise(d, lambda c, v: Op(d, "add", (Op(d, "mul", (c, Const(d, float(alpha)))) if alpha != 1 else c,
-                                                   Op(d, "mul", (v, Const(d, float(beta)))) if beta != 1 else v)),
-                     out, bias, compute=d)
+    return pointwise(
+        d,
+        lambda c, v: Op(
+            d,
+            "add",
+            (
+                Op(d, "mul", (c, Const(d, float(alpha)))) if alpha != 1 else c,
+                Op(d, "mul", (v, Const(d, float(beta)))) if beta != 1 else v,
+            ),
+        ),
+        out,
+        bias,
+        compute=d,
+    )
 
 
 # ---------------------------------------------------------------- scans
@@ -762,24 +913,34 @@ def _pool(lw, node, x, kind, kernel, stride, padding, dilation, ceil_mode, count
     rank = len(full)
     reduced = tuple(range(len(lead) + nd, rank))
     fv = index_vars("f", rank)
-    ov, wv = fv[len(lead):len(lead) + nd], fv[len(lead) + nd:]
+    ov, wv = fv[len(lead) : len(lead) + nd], fv[len(lead) + nd :]
     pos = [ov[i] * s[i] - p[i] + wv[i] * dl[i] for i in range(nd)]
     cond = None
     for i in range(nd):
-        c = Op(BOOL, "and", (Op(BOOL, "ge", (Index(I64, pos[i]), Const(I64, 0))),
-                             Op(BOOL, "lt", (Index(I64, pos[i]), Index(I64, sizes[i])))))
+        c = Op(
+            BOOL,
+            "and",
+            (
+                Op(BOOL, "ge", (Index(I64, pos[i]), Const(I64, 0))),
+                Op(BOOL, "lt", (Index(I64, pos[i]), Index(I64, sizes[i]))),
+            ),
+        )
         cond = c if cond is None else Op(BOOL, "and", (cond, c))
     d = x.dtype if x.dtype in FLOATS else F32
-    inner = cast(x.load(list(fv[:len(lead)]) + pos), d)
+    inner = cast(x.load(list(fv[: len(lead)]) + pos), d)
     other = float("-inf") if kind == "max" else 0.0
     body = Masked(d, cond, inner, other)
     buf = lw.program.new_buffer(lead + outs, _storage(d))
-    red = lw.program.add(ReductionTask(out=buf, full_shape=tuple(full), reduced=reduced,
-                                       rtype="max" if kind == "max" else "sum", body=body))
+    red = lw.program.add(
+        ReductionTask(
+            out=buf, full_shape=tuple(full), reduced=reduced, rtype="max" if kind == "max" else "sum", body=body
+        )
+    )
     if kind == "max":
         return red
     if divisor is not None:
         return pointwise(d, lambda v: Op(d, "div", (v, Const(d, float(divisor)))), red, compute=d)
+
     def count(idx):
         # One integer factor per pooled dim, multiplied in the kernel: a single index expression of
         # the product gets expanded (reindex) into ~100 terms for a 3-D window, each an op per output.
@@ -795,6 +956,7 @@ def _pool(lw, node, x, kind, kernel, stride, padding, dilation, ceil_mode, count
 
     def load(idx):
         return Op(d, "div", (cast(red.load(idx), d), cast(count(idx), d)))
+
     return Lazy(red.shape, d, load)
 
 
@@ -834,21 +996,29 @@ def _conv(lw, node, x, w, bias, stride, padding, dilation, groups):
     pos = [pos_o[i] * s[i] - p[i] + win[i] * dl[i] for i in range(nd)]
     cond = None
     for i in range(nd):
-        ci = Op(BOOL, "and", (Op(BOOL, "ge", (Index(I64, pos[i]), Const(I64, 0))),
-                              Op(BOOL, "lt", (Index(I64, pos[i]), Index(I64, sizes[i])))))
+        ci = Op(
+            BOOL,
+            "and",
+            (
+                Op(BOOL, "ge", (Index(I64, pos[i]), Const(I64, 0))),
+                Op(BOOL, "lt", (Index(I64, pos[i]), Index(I64, sizes[i]))),
+            ),
+        )
         cond = ci if cond is None else Op(BOOL, "and", (cond, ci))
     inner = cast(x.load([b0, b1 * icg + ic] + pos), F32)
     b_body = Masked(F32, cond, inner, 0.0) if cond is not None else inner
     out_shape = [n_, oc] + outs
     buf = lw.program.new_buffer(out_shape, "float32")
     coords = tuple([b0, och] + unflatten(vn, outs))
-    out = lw.program.add(MatmulTask(out=buf, batch=(n_, g), m=ocg, n=ndim, k=kdim, a_body=a_body, b_body=b_body,
-                                    out_index=coords))
+    out = lw.program.add(
+        MatmulTask(out=buf, batch=(n_, g), m=ocg, n=ndim, k=kdim, a_body=a_body, b_body=b_body, out_index=coords)
+    )
     if bias is None:
         return out
     d = result_dtype(node)
-    return pointwise(d, lambda v, bv: Op(d, "add", (v, bv)), out,
-                     _reshape_value(bias, [One, oc] + [One] * nd), compute=d)
+    return pointwise(
+        d, lambda v, bv: Op(d, "add", (v, bv)), out, _reshape_value(bias, [One, oc] + [One] * nd), compute=d
+    )
 
 
 LOWERINGS["kscout::conv"] = _conv
@@ -878,8 +1048,9 @@ def _conv_t(lw, node, x, w, bias, stride, padding, output_padding, dilation, gro
     kk = unflatten(vk, [icg] + ks)
     ic, win = kk[0], kk[1:]
     if isinstance(w, BufferValue):
-        a_body = cast(Load(w.dtype, w.buffer.name, sympy.expand(((b1 * icg + ic) * ocg + vm) * kprod
-                                                                 + flat_index(ks, win))), F32)
+        a_body = cast(
+            Load(w.dtype, w.buffer.name, sympy.expand(((b1 * icg + ic) * ocg + vm) * kprod + flat_index(ks, win))), F32
+        )
     else:
         a_body = cast(w.load([b1 * icg + ic, vm] + win), F32)
     pos_o = unflatten(vn, outs)
@@ -888,11 +1059,18 @@ def _conv_t(lw, node, x, w, bias, stride, padding, output_padding, dilation, gro
     for i in range(nd):
         num = pos_o[i] + p[i] - win[i] * dl[i]
         src.append(FloorDiv(num, s[i]) if s[i] != One else num)
-        ok = Op(BOOL, "and", (Op(BOOL, "ge", (Index(I64, num), Const(I64, 0))),
-                              Op(BOOL, "lt", (Index(I64, num), Index(I64, sizes[i] * s[i])))))
+        ok = Op(
+            BOOL,
+            "and",
+            (
+                Op(BOOL, "ge", (Index(I64, num), Const(I64, 0))),
+                Op(BOOL, "lt", (Index(I64, num), Index(I64, sizes[i] * s[i]))),
+            ),
+        )
         if s[i] != One:
-            ok = Op(BOOL, "and", (ok, Op(BOOL, "eq", (Index(I64, sympy.Mod(num + s[i] * sizes[i], s[i])),
-                                                      Const(I64, 0)))))
+            ok = Op(
+                BOOL, "and", (ok, Op(BOOL, "eq", (Index(I64, sympy.Mod(num + s[i] * sizes[i], s[i])), Const(I64, 0))))
+            )
         cond = ok if cond is None else Op(BOOL, "and", (cond, ok))
     inner = cast(x.load([b0, b1 * icg + ic] + src), F32)
     b_body = Masked(F32, cond, inner, 0.0)
@@ -900,13 +1078,15 @@ def _conv_t(lw, node, x, w, bias, stride, padding, output_padding, dilation, gro
     out_shape = [n_, oc] + outs
     buf = lw.program.new_buffer(out_shape, "float32")
     coords = tuple([b0, b1 * ocg + vm] + unflatten(vn, outs))
-    out = lw.program.add(MatmulTask(out=buf, batch=(n_, g), m=ocg, n=prod(outs), k=kdim, a_body=a_body,
-                                    b_body=b_body, out_index=coords))
+    out = lw.program.add(
+        MatmulTask(out=buf, batch=(n_, g), m=ocg, n=prod(outs), k=kdim, a_body=a_body, b_body=b_body, out_index=coords)
+    )
     if bias is None:
         return out
     d = result_dtype(node)
-    return pointwise(d, lambda v, bv: Op(d, "add", (v, bv)), out,
-                     _reshape_value(bias, [One, oc] + [One] * nd), compute=d)
+    return pointwise(
+        d, lambda v, bv: Op(d, "add", (v, bv)), out, _reshape_value(bias, [One, oc] + [One] * nd), compute=d
+    )
 
 
 LOWERINGS["kscout::conv_t"] = _conv_t
@@ -926,7 +1106,8 @@ SYM_OPS = {
     operator.neg: lambda a: -sym(a),
     operator.truediv: lambda a, b: sym(a) / sym(b),
     operator.floordiv: lambda a, b: __import__("torch.utils._sympy.functions", fromlist=["FloorDiv"]).FloorDiv(
-        sym(a), sym(b)),
+        sym(a), sym(b)
+    ),
     operator.mod: lambda a, b: sympy.Mod(sym(a), sym(b)),
     operator.pow: _sym_pow,
     math.sqrt: lambda a: sympy.sqrt(sym(a)),

@@ -16,9 +16,19 @@ from typing import Optional
 import sympy
 
 from agent.proposers.lowering.ir import (
-    BOOL, FLOATS, I64, TL_DTYPE, Arg, Const, E, Index, Load, LoweringError, Masked, Op,
+    BOOL,
+    FLOATS,
+    I64,
+    TL_DTYPE,
+    Arg,
+    Const,
+    E,
+    Index,
+    Load,
+    LoweringError,
+    Masked,
+    Op,
 )
-
 
 # ---------------------------------------------------------------- sympy -> text
 
@@ -30,8 +40,26 @@ def _paren(text: str) -> str:
 def sympy_text(expr, names: Optional[dict] = None, mode: str = "triton") -> str:
     """Integer (and in Python mode, float) size arithmetic as text; `names` renames symbols."""
     from torch.utils._sympy.functions import (
-        CeilDiv, CleanDiv, FloatPow, FloatTrueDiv, FloorDiv, IntTrueDiv, Max as TMax, Min as TMin, Mod as TMod,
-        ModularIndexing, PowByNatural, PythonMod, ToFloat, TruncToInt,
+        CeilDiv,
+        CleanDiv,
+        FloatPow,
+        FloatTrueDiv,
+        FloorDiv,
+        IntTrueDiv,
+        ModularIndexing,
+        PowByNatural,
+        PythonMod,
+        ToFloat,
+        TruncToInt,
+    )
+    from torch.utils._sympy.functions import (
+        Max as TMax,
+    )
+    from torch.utils._sympy.functions import (
+        Min as TMin,
+    )
+    from torch.utils._sympy.functions import (
+        Mod as TMod,
     )
 
     names = names or {}
@@ -141,7 +169,7 @@ _UNARY = {
     "sign": "(({a} > 0).to({t}) - ({a} < 0).to({t}))",
     "trunc": "tl.where({a} < 0, tl.ceil({a}), tl.floor({a}))",
     "round": "tl.where(tl.abs({a} - tl.floor({a}) - 0.5) < 1e-7, 2.0 * tl.floor((tl.floor({a}) + 1.0) * 0.5), "
-             "tl.floor({a} + 0.5))",
+    "tl.floor({a} + 0.5))",
 }
 
 _BINARY = {
@@ -192,9 +220,17 @@ class Axis:
 class Writer:
     """Writes the Triton lines of scalar expressions over a kernel's index space, with CSE."""
 
-    def __init__(self, axes: dict, lines: list, prefix: str = "t", counter: Optional[list] = None,
-                 buffers: Optional[dict] = None, sizes: Optional[dict] = None, indent: str = "    ",
-                 resolve=None):
+    def __init__(
+        self,
+        axes: dict,
+        lines: list,
+        prefix: str = "t",
+        counter: Optional[list] = None,
+        buffers: Optional[dict] = None,
+        sizes: Optional[dict] = None,
+        indent: str = "    ",
+        resolve=None,
+    ):
         self.axes = axes  # sympy.Symbol -> Axis
         self.lines = lines
         self.prefix = prefix
@@ -261,7 +297,7 @@ class Writer:
             mask = " & ".join(masks)
             other = "0" if e.dtype not in FLOATS else "0.0"
             idx = self.index(e.index)
-            hint = f", eviction_policy=\"{self.eviction}\"" if self.eviction else ""
+            hint = f', eviction_policy="{self.eviction}"' if self.eviction else ""
             if mask:
                 code = f"tl.load({ptr} + ({idx}), mask={mask}, other={other}{hint})"
             else:
@@ -329,6 +365,12 @@ def _pow_const(a: str, exp: float, t: str) -> str:
 
 
 def tl_dtype(storage: str) -> str:
-    return {"float32": "tl.float32", "float64": "tl.float64", "int64": "tl.int64", "int32": "tl.int32",
-            "bool": "tl.int1", "bfloat16": "tl.bfloat16", "float16": "tl.float16"}.get(storage, "tl.float32")
-
+    return {
+        "float32": "tl.float32",
+        "float64": "tl.float64",
+        "int64": "tl.int64",
+        "int32": "tl.int32",
+        "bool": "tl.int1",
+        "bfloat16": "tl.bfloat16",
+        "float16": "tl.float16",
+    }.get(storage, "tl.float32")

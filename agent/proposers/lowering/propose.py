@@ -135,8 +135,10 @@ class LoweringSearch:
                 config = _normal(self.lowered, config)
                 source = self.lowered.render(config)
             except (LoweringError, space.KnobError) as exc:
-                return ProposeResult(proposals=tuple(proposals), errors=(ProposalError(
-                    kind="unsupported", message=" ".join(str(exc).split())[:500]),))
+                return ProposeResult(
+                    proposals=tuple(proposals),
+                    errors=(ProposalError(kind="unsupported", message=" ".join(str(exc).split())[:500]),),
+                )
             rendered += 1
             sha = source_sha256(source)
             if sha in seen:
@@ -145,25 +147,41 @@ class LoweringSearch:
                 continue
             seen.add(sha)
             kinds = "+".join(g["kind"] for g in config["groups"])
-            proposals.append(Proposal(
-                source=source, rationale=f"{rationale} [schedule: {kinds}]{note}",
-                transformation_tags=tuple(tags) + (f"schedule={kinds}",), knobs=config, parent_id=parent_id,
-                template_name=f"lowering/{kinds}.j2", template_sha256=templates_sha256()))
+            proposals.append(
+                Proposal(
+                    source=source,
+                    rationale=f"{rationale} [schedule: {kinds}]{note}",
+                    transformation_tags=tuple(tags) + (f"schedule={kinds}",),
+                    knobs=config,
+                    parent_id=parent_id,
+                    template_name=f"lowering/{kinds}.j2",
+                    template_sha256=templates_sha256(),
+                )
+            )
             if len(proposals) >= request.n:
                 break
         errors = ()
         if len(proposals) < request.n:
-            errors = (ProposalError(kind="exhausted", message=(
-                f"{request.action.value}: {len(proposals)} of {request.n} new configuration(s) of the lowered "
-                f"schedule; every other one in reach was already evaluated")),)
+            errors = (
+                ProposalError(
+                    kind="exhausted",
+                    message=(
+                        f"{request.action.value}: {len(proposals)} of {request.n} new configuration(s) of the lowered "
+                        f"schedule; every other one in reach was already evaluated"
+                    ),
+                ),
+            )
         return ProposeResult(proposals=tuple(proposals), errors=errors)
 
     def _seed(self, base: dict, request: ProposeRequest, extra: tuple) -> Iterator[tuple[dict, str, tuple]]:
         for config, why in _hinted(self.lowered, base, request.seed_hints):
             yield config, why, ("seed", "seed_hint")
         for config, why in _hinted(self.lowered, base, extra):
-            yield config, why.replace("seed_hints", "schedule hints", 1) + " (same schedule kind, another op)", (
-                "seed", "schedule_hint")
+            yield (
+                config,
+                why.replace("seed_hints", "schedule hints", 1) + " (same schedule kind, another op)",
+                ("seed", "schedule_hint"),
+            )
         yield base, "seed: the lowered graph's default schedule", ("seed",)
         for move in space.knob_moves(base) + space.schedule_moves(base):
             yield move.apply(base), f"seed variant, {move.describe()}: {move.why}", ("seed", move.tag())
@@ -187,8 +205,14 @@ class LoweringSearch:
             pool = [space.random_config(start, rng) for _ in range(48)]
             pool.sort(key=lambda c: -space.distance(start, c))
             for config in pool:
-                yield config, (f"{prefix}restart: a random configuration {space.distance(start, config):.1f} "
-                               f"knob-steps from the parent, to leave a local optimum"), ("restart",)
+                yield (
+                    config,
+                    (
+                        f"{prefix}restart: a random configuration {space.distance(start, config):.1f} "
+                        f"knob-steps from the parent, to leave a local optimum"
+                    ),
+                    ("restart",),
+                )
             return
         last = {t.split("=")[0] for t in (request.parent.transformation_tags if request.parent else ())}
         knob_moves = space.knob_moves(start)
@@ -210,7 +234,10 @@ class LoweringSearch:
         for item in order:
             if isinstance(item, tuple):
                 a, b = item
-                yield b.apply(a.apply(start)), f"{prefix}{verb}, {a.describe()} and {b.describe()}: {a.why}; {b.why}", (
-                    a.tag(), b.tag())
+                yield (
+                    b.apply(a.apply(start)),
+                    f"{prefix}{verb}, {a.describe()} and {b.describe()}: {a.why}; {b.why}",
+                    (a.tag(), b.tag()),
+                )
             else:
                 yield item.apply(start), f"{prefix}{verb}, {item.describe()}: {item.why}", (item.tag(),)

@@ -23,8 +23,15 @@ from agent.proposers.lowering.lowerings import Program
 from agent.proposers.lowering.printer import sympy_text
 from agent.proposers.lowering.schedule import Group, group_tasks, stored
 
-_TORCH_DTYPE = {"float32": "torch.float32", "float64": "torch.float64", "int64": "torch.int64",
-                "int32": "torch.int32", "bool": "torch.bool", "bfloat16": "torch.bfloat16", "float16": "torch.float16"}
+_TORCH_DTYPE = {
+    "float32": "torch.float32",
+    "float64": "torch.float64",
+    "int64": "torch.int64",
+    "int32": "torch.int32",
+    "bool": "torch.bool",
+    "bfloat16": "torch.bfloat16",
+    "float16": "torch.float16",
+}
 
 
 @dataclass
@@ -118,11 +125,13 @@ def _launch(program: Program, g: Group, kernel: _Kernel, knobs: dict) -> list[st
     lines = []
     if g.kind == "pointwise":
         shape = g.head.out.shape
-        lines += [f"_xn = {py(ir.prod(shape))}",
-                  f"_XB = min({knobs['block']}, _pow2(_xn))",
-                  "if _xn > 0:",
-                  f"    {kernel.name}[(triton.cdiv(_xn, _XB),)]({args}, XBLOCK=_XB, INDEX64=_i64, "
-                  f"num_warps={knobs['num_warps']})"]
+        lines += [
+            f"_xn = {py(ir.prod(shape))}",
+            f"_XB = min({knobs['block']}, _pow2(_xn))",
+            "if _xn > 0:",
+            f"    {kernel.name}[(triton.cdiv(_xn, _XB),)]({args}, XBLOCK=_XB, INDEX64=_i64, "
+            f"num_warps={knobs['num_warps']})",
+        ]
     elif g.kind in ("reduction", "row", "window", "scan"):
         if g.kind == "scan":
             sc = g.head
@@ -133,30 +142,34 @@ def _launch(program: Program, g: Group, kernel: _Kernel, knobs: dict) -> list[st
             xn = ir.prod([s for i, s in enumerate(red.full_shape) if i not in red.reduced])
             rn = ir.prod([red.full_shape[i] for i in red.reduced])
         rows = knobs["rows"]
-        lines += [f"_xn = {py(xn)}",
-                  f"_rn = {py(rn)}",
-                  "if _rn <= 0 and _xn > 0:",
-                  f"    raise ValueError('{g.kind} over an empty dimension (size ' + str(_rn) + ')')",
-                  f"_single = _rn <= {knobs['single_max']}",
-                  f"_RB = _pow2(_rn) if _single else min({knobs['rblock']}, _pow2(_rn))",
-                  ("_XB = max(1, min(64, 4096 // _RB))" if rows == "auto" else f"_XB = {rows}"),
-                  "if _single:",
-                  "    _XB = max(1, min(_XB, 16384 // _RB))",
-                  "_XB = min(_XB, _pow2(_xn))",
-                  "if _xn > 0:",
-                  f"    {kernel.name}[(triton.cdiv(_xn, _XB),)]({args}, XBLOCK=_XB, RBLOCK=_RB, SINGLE=_single, "
-                  f"INDEX64=_i64, num_warps={knobs['num_warps']})"]
+        lines += [
+            f"_xn = {py(xn)}",
+            f"_rn = {py(rn)}",
+            "if _rn <= 0 and _xn > 0:",
+            f"    raise ValueError('{g.kind} over an empty dimension (size ' + str(_rn) + ')')",
+            f"_single = _rn <= {knobs['single_max']}",
+            f"_RB = _pow2(_rn) if _single else min({knobs['rblock']}, _pow2(_rn))",
+            ("_XB = max(1, min(64, 4096 // _RB))" if rows == "auto" else f"_XB = {rows}"),
+            "if _single:",
+            "    _XB = max(1, min(_XB, 16384 // _RB))",
+            "_XB = min(_XB, _pow2(_xn))",
+            "if _xn > 0:",
+            f"    {kernel.name}[(triton.cdiv(_xn, _XB),)]({args}, XBLOCK=_XB, RBLOCK=_RB, SINGLE=_single, "
+            f"INDEX64=_i64, num_warps={knobs['num_warps']})",
+        ]
     else:
         mm = g.head
-        lines += [f"_M, _N, _K = {py(mm.m)}, {py(mm.n)}, {py(mm.k)}",
-                  f"_nb = {py(ir.prod(mm.batch))}",
-                  f"_BM = max(16, min({knobs['block_m']}, _pow2(_M)))",
-                  f"_BN = max(16, min({knobs['block_n']}, _pow2(_N)))",
-                  f"_BK = max(16, min({knobs['block_k']}, _pow2(_K)))",
-                  "if _M * _N * _nb > 0:",
-                  f"    {kernel.name}[(_nb * triton.cdiv(_M, _BM) * triton.cdiv(_N, _BN),)]({args}, BLOCK_M=_BM, "
-                  f"BLOCK_N=_BN, BLOCK_K=_BK, GROUP_M={knobs['group_m']}, DOT=_dot, INDEX64=_i64, "
-                  f"num_warps={knobs['num_warps']}, num_stages={knobs['num_stages']})"]
+        lines += [
+            f"_M, _N, _K = {py(mm.m)}, {py(mm.n)}, {py(mm.k)}",
+            f"_nb = {py(ir.prod(mm.batch))}",
+            f"_BM = max(16, min({knobs['block_m']}, _pow2(_M)))",
+            f"_BN = max(16, min({knobs['block_n']}, _pow2(_N)))",
+            f"_BK = max(16, min({knobs['block_k']}, _pow2(_K)))",
+            "if _M * _N * _nb > 0:",
+            f"    {kernel.name}[(_nb * triton.cdiv(_M, _BM) * triton.cdiv(_N, _BN),)]({args}, BLOCK_M=_BM, "
+            f"BLOCK_N=_BN, BLOCK_K=_BK, GROUP_M={knobs['group_m']}, DOT=_dot, INDEX64=_i64, "
+            f"num_warps={knobs['num_warps']}, num_stages={knobs['num_stages']})",
+        ]
     return lines
 
 
@@ -180,22 +193,28 @@ def _wrapper(program: Program, groups: list[Group], kernels: list, knobs: list[d
     for symbol, expr in program.bindings.items():
         for src, name in sources.items():
             if expr.startswith(src + ".shape["):
-                expr = name + expr[len(src):]
+                expr = name + expr[len(src) :]
                 break
         lines.append(f"{symbol.name} = {expr}")
         bound.append(symbol)
     for expr, expected, what in program.checks:
         for src, name in sources.items():
             if expr.startswith(src + ".shape["):
-                expr = name + expr[len(src):]
+                expr = name + expr[len(src) :]
                 break
         lines.append(f"if {expr} != {py(expected)}:")
-        lines.append(f"    raise ValueError({('this candidate was generated for ' + what + ' with a size fixed at ' + py(expected) + ' by the trace; got ').__repr__()} + str({expr}))")
+        lines.append(
+            f"    raise ValueError({('this candidate was generated for ' + what + ' with a size fixed at ' + py(expected) + ' by the trace; got ').__repr__()} + str({expr}))"
+        )
     for name, e in program.derived.items():
         lines.append(f"{name} = float({py(e)})")
     lines.append(f"_fdt = {floating}.dtype" if floating else "_fdt = torch.float32")
-    lines.append(f"_dev = {first}.device" if first else "_dev = torch.device('cuda' if torch.cuda.is_available() else 'cpu')")
-    lines.append("_dot = 0 if _dev.type == \"cpu\" else 1 if _fdt == torch.bfloat16 else 2 if _fdt == torch.float16 else 0")
+    lines.append(
+        f"_dev = {first}.device" if first else "_dev = torch.device('cuda' if torch.cuda.is_available() else 'cpu')"
+    )
+    lines.append(
+        '_dot = 0 if _dev.type == "cpu" else 1 if _fdt == torch.bfloat16 else 2 if _fdt == torch.float16 else 0'
+    )
     sizes = [py(ir.prod(b.shape)) for b in bufs.values() if b.kind != "scalar" and b.shape]
     lines.append(f"_i64 = max([1{''.join(', ' + s for s in sizes)}]) >= 2 ** 31 - 1")
     needed = set()
@@ -233,9 +252,14 @@ def render(program: Program, init: InitSource, config: dict, header: str) -> tup
     for kernel, _ in kernels:
         combiners |= kernel.combiners
     ctx = dict(
-        header=header, imports=list(init.imports), helpers=list(init.helpers),
-        combiners=[codegen.COMBINERS[c] for c in sorted(combiners)], kernels=[src for _, src in kernels],
-        init_signature=init.signature, init_body=init.body.rstrip("\n"), inputs=program.inputs,
+        header=header,
+        imports=list(init.imports),
+        helpers=list(init.helpers),
+        combiners=[codegen.COMBINERS[c] for c in sorted(combiners)],
+        kernels=[src for _, src in kernels],
+        init_signature=init.signature,
+        init_body=init.body.rstrip("\n"),
+        inputs=program.inputs,
         wrapper=_wrapper(program, groups, kernels, knobs),
     )
     return codegen.env().get_template("module.j2").render(**ctx) + "\n", groups
@@ -252,8 +276,11 @@ def config_groups(config: dict, groups: list[Group]) -> list[dict]:
 
 
 def default_config(groups: list[Group], fuse: Optional[dict] = None) -> dict:
-    return {"schedule": "lowering", "fuse": dict(fuse or space.DEFAULT_FUSE),
-            "groups": [space.defaults(g.kind) for g in groups]}
+    return {
+        "schedule": "lowering",
+        "fuse": dict(fuse or space.DEFAULT_FUSE),
+        "groups": [space.defaults(g.kind) for g in groups],
+    }
 
 
 def describe(config: dict) -> str:

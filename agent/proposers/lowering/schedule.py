@@ -23,7 +23,12 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from agent.proposers.lowering.ir import (
-    MatmulTask, PointwiseTask, ReductionTask, ScanTask, Task, same,
+    MatmulTask,
+    PointwiseTask,
+    ReductionTask,
+    ScanTask,
+    Task,
+    same,
 )
 
 KINDS = ("pointwise", "reduction", "row", "window", "matmul", "scan")
@@ -54,8 +59,13 @@ def _same_shape(a, b) -> bool:
 
 def _is_window(t: ReductionTask) -> bool:
     from agent.proposers.lowering.ir import Masked
-    return isinstance(t.body, Masked) and t.rtype in ("max", "sum") and len(t.reduced) >= 1 and \
-        t.reduced == tuple(range(len(t.full_shape) - len(t.reduced), len(t.full_shape)))
+
+    return (
+        isinstance(t.body, Masked)
+        and t.rtype in ("max", "sum")
+        and len(t.reduced) >= 1
+        and t.reduced == tuple(range(len(t.full_shape) - len(t.reduced), len(t.full_shape)))
+    )
 
 
 def _new_group(t: Task) -> Group:
@@ -79,7 +89,7 @@ def can_join(g: Group, t: Task, fuse: dict) -> bool:
         if isinstance(t, ReductionTask):
             if not fuse.get("rows", True) or g.kind == "window" or _is_window(t):
                 return False
-            return (_same_shape(t.full_shape, red.full_shape) and tuple(t.reduced) == tuple(red.reduced))
+            return _same_shape(t.full_shape, red.full_shape) and tuple(t.reduced) == tuple(red.reduced)
         if isinstance(t, PointwiseTask) and _reads_group(t, g):
             if _same_shape(t.out.shape, red.full_shape) and g.kind != "window":
                 return fuse.get("rows", True)
@@ -88,14 +98,23 @@ def can_join(g: Group, t: Task, fuse: dict) -> bool:
         return False
     if g.kind == "matmul":
         mm = g.head
-        return (isinstance(t, PointwiseTask) and fuse.get("epilogue", True) and _reads_group(t, g)
-                and _same_shape(t.out.shape, mm.out.shape))
+        return (
+            isinstance(t, PointwiseTask)
+            and fuse.get("epilogue", True)
+            and _reads_group(t, g)
+            and _same_shape(t.out.shape, mm.out.shape)
+        )
     if g.kind == "scan":
-        return (isinstance(t, PointwiseTask) and fuse.get("epilogue", True) and _reads_group(t, g)
-                and _same_shape(t.out.shape, g.head.out.shape))
+        return (
+            isinstance(t, PointwiseTask)
+            and fuse.get("epilogue", True)
+            and _reads_group(t, g)
+            and _same_shape(t.out.shape, g.head.out.shape)
+        )
     if g.kind == "pointwise":
-        return (isinstance(t, PointwiseTask) and fuse.get("siblings", True)
-                and _same_shape(t.out.shape, g.head.out.shape))
+        return (
+            isinstance(t, PointwiseTask) and fuse.get("siblings", True) and _same_shape(t.out.shape, g.head.out.shape)
+        )
     return False
 
 
@@ -109,9 +128,15 @@ def group_tasks(tasks: list, fuse: Optional[dict] = None, forbidden: frozenset =
         g = groups[-1] if groups else None
         if g is not None and (g.head.out.name, t.out.name) not in forbidden and can_join(g, t, fuse):
             g.tasks.append(t)
-            if g.kind == "reduction" and isinstance(t, (ReductionTask,)) or (
-                    g.kind == "reduction" and isinstance(t, PointwiseTask)
-                    and _same_shape(t.out.shape, g.head.full_shape)):
+            if (
+                g.kind == "reduction"
+                and isinstance(t, (ReductionTask,))
+                or (
+                    g.kind == "reduction"
+                    and isinstance(t, PointwiseTask)
+                    and _same_shape(t.out.shape, g.head.full_shape)
+                )
+            ):
                 g.kind = "row"
             continue
         groups.append(_new_group(t))
@@ -123,7 +148,7 @@ def stored(groups: list[Group], outputs: set[str]) -> dict[int, set[str]]:
     out: dict[int, set[str]] = {}
     for i, g in enumerate(groups):
         later = set()
-        for h in groups[i + 1:]:
+        for h in groups[i + 1 :]:
             for t in h.tasks:
                 later |= t.reads()
         out[i] = {name for name in g.produced() if name in outputs or name in later}

@@ -22,64 +22,128 @@ from agent.proposers.knobs import Knob
 _W_UP = "more warps give more threads to hide memory latency on wide tiles"
 _W_DN = "fewer warps leave more registers per thread and cheaper reductions on narrow tiles"
 
-_ROWS = Knob("rows", ("auto", 1, 2, 4, 8, 16, 32, 64), "auto",
-             "more rows per program amortise index math and launch when rows are short",
-             "fewer rows per program give more programs to spread over the SMs")
-_SINGLE = Knob("single_max", (0, 1024, 2048, 4096, 8192, 16384), 4096,
-               "keeping longer rows in registers reads each element once (single pass)",
-               "a lower limit sends long rows to the looped pass, which bounds registers (no spills)")
-_RBLOCK = Knob("rblock", (8, 32, 128, 256, 512, 1024, 2048, 4096), 1024,
-               "larger chunks mean fewer loop trips and wider loads",
-               "smaller chunks use fewer registers per thread")
+_ROWS = Knob(
+    "rows",
+    ("auto", 1, 2, 4, 8, 16, 32, 64),
+    "auto",
+    "more rows per program amortise index math and launch when rows are short",
+    "fewer rows per program give more programs to spread over the SMs",
+)
+_SINGLE = Knob(
+    "single_max",
+    (0, 1024, 2048, 4096, 8192, 16384),
+    4096,
+    "keeping longer rows in registers reads each element once (single pass)",
+    "a lower limit sends long rows to the looped pass, which bounds registers (no spills)",
+)
+_RBLOCK = Knob(
+    "rblock",
+    (8, 32, 128, 256, 512, 1024, 2048, 4096),
+    1024,
+    "larger chunks mean fewer loop trips and wider loads",
+    "smaller chunks use fewer registers per thread",
+)
 
 SPACES: dict[str, tuple[Knob, ...]] = {
     "pointwise": (
-        Knob("block", (256, 512, 1024, 2048, 4096, 8192), 1024,
-             "bigger blocks mean fewer programs and more bytes in flight per program",
-             "smaller blocks give more programs to fill every SM on small tensors"),
+        Knob(
+            "block",
+            (256, 512, 1024, 2048, 4096, 8192),
+            1024,
+            "bigger blocks mean fewer programs and more bytes in flight per program",
+            "smaller blocks give more programs to fill every SM on small tensors",
+        ),
         Knob("num_warps", (1, 2, 4, 8, 16), 4, _W_UP, _W_DN),
     ),
-    "reduction": (_ROWS, _SINGLE, _RBLOCK, Knob("num_warps", (1, 2, 4, 8, 16), 4, _W_UP, _W_DN),
-                  Knob("split", (1, 4, 16, 64, 256, 1024), 1,
-                       "splitting each row over more programs (partials, then a second pass) fills the GPU "
-                       "when rows are few and long",
-                       "fewer splits save the partials' round trip and the second launch")),
-    "row": (_ROWS, _SINGLE, _RBLOCK, Knob("num_warps", (1, 2, 4, 8, 16), 8, _W_UP, _W_DN),
-            Knob("cache_hints", (False, True), False,
-                 "eviction hints keep a row in L2 between the passes of the looped form and stream the last",
-                 "no hints leave caching to the hardware")),
+    "reduction": (
+        _ROWS,
+        _SINGLE,
+        _RBLOCK,
+        Knob("num_warps", (1, 2, 4, 8, 16), 4, _W_UP, _W_DN),
+        Knob(
+            "split",
+            (1, 4, 16, 64, 256, 1024),
+            1,
+            "splitting each row over more programs (partials, then a second pass) fills the GPU "
+            "when rows are few and long",
+            "fewer splits save the partials' round trip and the second launch",
+        ),
+    ),
+    "row": (
+        _ROWS,
+        _SINGLE,
+        _RBLOCK,
+        Knob("num_warps", (1, 2, 4, 8, 16), 8, _W_UP, _W_DN),
+        Knob(
+            "cache_hints",
+            (False, True),
+            False,
+            "eviction hints keep a row in L2 between the passes of the looped form and stream the last",
+            "no hints leave caching to the hardware",
+        ),
+    ),
     "window": (_ROWS, _SINGLE, _RBLOCK, Knob("num_warps", (1, 2, 4, 8), 4, _W_UP, _W_DN)),
     "scan": (_ROWS, _SINGLE, _RBLOCK, Knob("num_warps", (1, 2, 4, 8, 16), 4, _W_UP, _W_DN)),
     "matmul": (
-        Knob("block_m", (16, 32, 64, 128, 256), 64,
-             "taller tiles reuse each B tile across more rows (higher arithmetic intensity)",
-             "shorter tiles make more tiles for small M and waste fewer masked rows"),
-        Knob("block_n", (16, 32, 64, 128, 256), 64,
-             "wider tiles reuse each A tile across more columns",
-             "narrower tiles make more tiles and a smaller accumulator"),
-        Knob("block_k", (16, 32, 64, 128), 32,
-             "deeper K steps mean fewer loop trips and bigger MMA instructions",
-             "shallower K steps need less shared memory per stage"),
-        Knob("group_m", (1, 4, 8, 16), 8,
-             "grouping row tiles keeps B tiles hot in L2", "less grouping when B fits in L2 anyway"),
+        Knob(
+            "block_m",
+            (16, 32, 64, 128, 256),
+            64,
+            "taller tiles reuse each B tile across more rows (higher arithmetic intensity)",
+            "shorter tiles make more tiles for small M and waste fewer masked rows",
+        ),
+        Knob(
+            "block_n",
+            (16, 32, 64, 128, 256),
+            64,
+            "wider tiles reuse each A tile across more columns",
+            "narrower tiles make more tiles and a smaller accumulator",
+        ),
+        Knob(
+            "block_k",
+            (16, 32, 64, 128),
+            32,
+            "deeper K steps mean fewer loop trips and bigger MMA instructions",
+            "shallower K steps need less shared memory per stage",
+        ),
+        Knob(
+            "group_m",
+            (1, 4, 8, 16),
+            8,
+            "grouping row tiles keeps B tiles hot in L2",
+            "less grouping when B fits in L2 anyway",
+        ),
         Knob("num_warps", (2, 4, 8), 4, _W_UP, _W_DN),
-        Knob("num_stages", (1, 2, 3, 4, 5), 3,
-             "more stages overlap the next tiles' loads with this tile's MMA",
-             "fewer stages free shared memory for bigger tiles"),
-        Knob("split_k", (1, 2, 4, 8, 16, 32), 1,
-             "splitting K over more programs (fp32 partials reduced by a second kernel) fills the GPU when "
-             "there are few output tiles", "no split avoids the partials' round trip and the second launch"),
-        Knob("precision", ("ieee", "tf32x3"), "ieee",
-             "three TF32 passes keep near-fp32 accuracy at tensor-core speed",
-             "IEEE fp32 products are exact to fp32 rounding"),
+        Knob(
+            "num_stages",
+            (1, 2, 3, 4, 5),
+            3,
+            "more stages overlap the next tiles' loads with this tile's MMA",
+            "fewer stages free shared memory for bigger tiles",
+        ),
+        Knob(
+            "split_k",
+            (1, 2, 4, 8, 16, 32),
+            1,
+            "splitting K over more programs (fp32 partials reduced by a second kernel) fills the GPU when "
+            "there are few output tiles",
+            "no split avoids the partials' round trip and the second launch",
+        ),
+        Knob(
+            "precision",
+            ("ieee", "tf32x3"),
+            "ieee",
+            "three TF32 passes keep near-fp32 accuracy at tensor-core speed",
+            "IEEE fp32 products are exact to fp32 rounding",
+        ),
     ),
 }
 
 FUSE = {
     "epilogue": "fusing pointwise epilogues into the reduction/contraction/scan kernel saves a round trip "
-                "through memory",
+    "through memory",
     "rows": "one kernel per row for every reduction over the same rows (and the normalised output) reads "
-            "each row from memory once",
+    "each row from memory once",
     "siblings": "pointwise outputs over one shape written by one kernel share their loads",
 }
 DEFAULT_FUSE = {name: True for name in FUSE}
@@ -171,7 +235,9 @@ def schedule_moves(config: dict) -> list[Move]:
     out = []
     for name, why in FUSE.items():
         now = config["fuse"].get(name, True)
-        reason = why if not now else f"splitting: separate kernels can each pick their own block sizes ({why} otherwise)"
+        reason = (
+            why if not now else f"splitting: separate kernels can each pick their own block sizes ({why} otherwise)"
+        )
         out.append(Move(None, name, now, not now, reason))
     return out
 

@@ -19,8 +19,20 @@ import sympy
 
 from agent.proposers.lowering import ir
 from agent.proposers.lowering.ir import (
-    BOOL, FLOATS, I64, Buffer, Index, Load, Masked, MatmulTask, Op, ReductionTask, flat_index, index_vars,
-    reindex, unflatten,
+    BOOL,
+    FLOATS,
+    I64,
+    Buffer,
+    Index,
+    Load,
+    Masked,
+    MatmulTask,
+    Op,
+    ReductionTask,
+    flat_index,
+    index_vars,
+    reindex,
+    unflatten,
 )
 from agent.proposers.lowering.schedule import Group
 
@@ -39,7 +51,7 @@ def _neutral(rtype: str, dtype: str):
     if dtype == BOOL:
         return bool(v)
     if dtype not in FLOATS and isinstance(v, float):
-        return -(2 ** 62) if v < 0 else 2 ** 62
+        return -(2**62) if v < 0 else 2**62
     return v
 
 
@@ -79,11 +91,21 @@ def split_reduction(program, g: Group, ways: int) -> Optional[list[Group]]:
     body = Masked(red.body.dtype, inside, reindex(red.body, mapping), _neutral(red.rtype, red.body.dtype))
     dtype = red.body.dtype if red.rtype not in ("any", "all") else BOOL
     part = _partial(program, f"{red.out.name}_part", kept_shape + [sympy.Integer(ways)], _storage(dtype))
-    first = ReductionTask(out=part, full_shape=tuple(kept_shape + [sympy.Integer(ways), chunk]),
-                          reduced=(nk + 1,), rtype=red.rtype, body=body)
+    first = ReductionTask(
+        out=part,
+        full_shape=tuple(kept_shape + [sympy.Integer(ways), chunk]),
+        reduced=(nk + 1,),
+        rtype=red.rtype,
+        body=body,
+    )
     cv = index_vars("f", nk + 1)
-    second = ReductionTask(out=red.out, full_shape=tuple(kept_shape + [sympy.Integer(ways)]), reduced=(nk,),
-                           rtype=red.rtype, body=Load(part.compute, part.name, flat_index(part.shape, cv)))
+    second = ReductionTask(
+        out=red.out,
+        full_shape=tuple(kept_shape + [sympy.Integer(ways)]),
+        reduced=(nk,),
+        rtype=red.rtype,
+        body=Load(part.compute, part.name, flat_index(part.shape, cv)),
+    )
     return [Group("reduction", [first]), Group("reduction", [second] + g.tasks[1:])]
 
 
@@ -109,8 +131,13 @@ def split_k(program, g: Group, ways: int) -> Optional[list[Group]]:
     out_shape = list(mm.batch) + [mm.m, mm.n]
     fv = index_vars("f", nb + 3)
     src = fv[:nb] + [fv[nb + 2], fv[nb], fv[nb + 1]]  # partial is (batch, S, M, N); the full space (batch, M, N, S)
-    second = ReductionTask(out=mm.out, full_shape=tuple(out_shape + [sympy.Integer(ways)]), reduced=(nb + 2,),
-                           rtype="sum", body=Load(ir.F32, part.name, flat_index(part.shape, src)))
+    second = ReductionTask(
+        out=mm.out,
+        full_shape=tuple(out_shape + [sympy.Integer(ways)]),
+        reduced=(nb + 2,),
+        rtype="sum",
+        body=Load(ir.F32, part.name, flat_index(part.shape, src)),
+    )
     return [Group("matmul", [first]), Group("reduction", [second] + g.tasks[1:])]
 
 
@@ -158,4 +185,3 @@ def degenerate_rows(g: Group, hints: dict) -> bool:
     xn = _hint(ir.prod([red.full_shape[i] for i in red.kept()]), hints)
     rn = _hint(ir.prod([red.full_shape[i] for i in red.reduced]), hints)
     return xn is not None and rn is not None and xn < 256 and rn >= 1 << 16
-

@@ -12,7 +12,11 @@ import importlib
 from typing import Optional
 
 from agent.search.executors.base import (  # noqa: F401
-    BatchExecutor, Cancelled, Executor, ExecutorError, SharedExclusiveLock,
+    BatchExecutor,
+    Cancelled,
+    Executor,
+    ExecutorError,
+    SharedExclusiveLock,
 )
 from agent.search.executors.local import LocalExecutor  # noqa: F401
 
@@ -30,9 +34,17 @@ def executor_class(name: str) -> type:
     return getattr(importlib.import_module(module), cls)
 
 
-def make_executor(name: str = DEFAULT_EXECUTOR, *, device: str = "auto", workers: int = 1, timeout_s: float = 300.0,
-                  trials: int = 2, ray_address: Optional[str] = None, ray_resource: Optional[str] = None,
-                  sandbox: Optional[str] = None) -> Executor:
+def make_executor(
+    name: str = DEFAULT_EXECUTOR,
+    *,
+    device: str = "auto",
+    workers: int = 1,
+    timeout_s: float = 300.0,
+    trials: int = 2,
+    ray_address: Optional[str] = None,
+    ray_resource: Optional[str] = None,
+    sandbox: Optional[str] = None,
+) -> Executor:
     """The executor `name`, bound to `device` ("auto" | "cpu" | "cuda").
 
     `ray_address` (else $RAY_ADDRESS; else a local cluster started for this process) and `ray_resource`
@@ -43,5 +55,6 @@ def make_executor(name: str = DEFAULT_EXECUTOR, *, device: str = "auto", workers
         if ray_address or ray_resource:
             raise ExecutorError("--ray-address and --ray-resource need --executor ray")
         return cls(device, workers, timeout_s=timeout_s, trials=trials, sandbox=sandbox)
-    return cls(device, workers, timeout_s=timeout_s, trials=trials, address=ray_address, resource=ray_resource,
-               sandbox=sandbox)
+    return cls(
+        device, workers, timeout_s=timeout_s, trials=trials, address=ray_address, resource=ray_resource, sandbox=sandbox
+    )

@@ -23,7 +23,14 @@ from typing import Any, Iterator, Optional, Protocol
 
 from evaluation.errors import KscoutError
 from evaluation.records import (
-    BASELINES, EvalResult, Fingerprint, ProblemInfo, RemeasureResult, Stage, Status, source_sha256,
+    BASELINES,
+    EvalResult,
+    Fingerprint,
+    ProblemInfo,
+    RemeasureResult,
+    Stage,
+    Status,
+    source_sha256,
 )
 
 
@@ -41,11 +48,13 @@ class Executor(Protocol):
 
     def environment(self) -> Fingerprint: ...
 
-    def evaluate_batch(self, sources: list[str], problem: ProblemInfo, *,
-                       baselines: tuple[str, ...] = BASELINES) -> Iterator[tuple[int, EvalResult]]: ...
+    def evaluate_batch(
+        self, sources: list[str], problem: ProblemInfo, *, baselines: tuple[str, ...] = BASELINES
+    ) -> Iterator[tuple[int, EvalResult]]: ...
 
-    def remeasure(self, sources: dict[str, str], problem: ProblemInfo, *, rounds: int,
-                  baselines: tuple[str, ...] = BASELINES) -> RemeasureResult: ...
+    def remeasure(
+        self, sources: dict[str, str], problem: ProblemInfo, *, rounds: int, baselines: tuple[str, ...] = BASELINES
+    ) -> RemeasureResult: ...
 
     def cancel(self) -> None: ...
 
@@ -135,13 +144,15 @@ class BatchExecutor:
         """Start one correctness check (no timing); `alone`: with the device to itself."""
         raise NotImplementedError
 
-    def _time(self, items: list[tuple[str, EvalResult]], problem: ProblemInfo,
-              baselines: tuple[str, ...]) -> list[EvalResult]:
+    def _time(
+        self, items: list[tuple[str, EvalResult]], problem: ProblemInfo, baselines: tuple[str, ...]
+    ) -> list[EvalResult]:
         """Time candidates that passed, all in one job on one device; results in the items' order."""
         raise NotImplementedError
 
-    def _remeasure(self, sources: dict[str, str], problem: ProblemInfo, rounds: int,
-                   baselines: tuple[str, ...]) -> RemeasureResult:
+    def _remeasure(
+        self, sources: dict[str, str], problem: ProblemInfo, rounds: int, baselines: tuple[str, ...]
+    ) -> RemeasureResult:
         raise NotImplementedError
 
     def _lost(self, exc: BaseException) -> bool:
@@ -196,15 +207,23 @@ class BatchExecutor:
     def lost_result(self, source: str, problem: ProblemInfo, stage: Stage, exc: BaseException) -> EvalResult:
         """A job lost twice, the second time run alone: now it counts against the candidate."""
         return EvalResult(
-            status=Status.crashed, failed_stage=stage, error_class=type(exc).__name__,
+            status=Status.crashed,
+            failed_stage=stage,
+            error_class=type(exc).__name__,
             message=f"the {self.name} executor lost this job twice, the second time with the device to itself: "
-                    f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
-            candidate_sha256=source_sha256(source), problem_id=problem.problem_id, problem_name=problem.name,
-            device=self.device, fingerprint=self.environment(), started_at=now_utc(), duration_s=0.0,
+            f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
+            candidate_sha256=source_sha256(source),
+            problem_id=problem.problem_id,
+            problem_name=problem.name,
+            device=self.device,
+            fingerprint=self.environment(),
+            started_at=now_utc(),
+            duration_s=0.0,
         )
 
-    def evaluate_batch(self, sources: list[str], problem: ProblemInfo, *,
-                       baselines: tuple[str, ...] = BASELINES) -> Iterator[tuple[int, EvalResult]]:
+    def evaluate_batch(
+        self, sources: list[str], problem: ProblemInfo, *, baselines: tuple[str, ...] = BASELINES
+    ) -> Iterator[tuple[int, EvalResult]]:
         """Yield (position, result) as each lands: failures as soon as their check ends, the passing
         candidates after one shared timing once the whole batch is checked (on the CPU, at once)."""
         self._open()
@@ -243,8 +262,9 @@ class BatchExecutor:
         finally:
             self._drop([f for f in futures if not f.done()])
 
-    def remeasure(self, sources: dict[str, str], problem: ProblemInfo, *, rounds: int,
-                  baselines: tuple[str, ...] = BASELINES) -> RemeasureResult:
+    def remeasure(
+        self, sources: dict[str, str], problem: ProblemInfo, *, rounds: int, baselines: tuple[str, ...] = BASELINES
+    ) -> RemeasureResult:
         """Time the given candidates and the baselines in one job, interleaved round by round."""
         self._open()
         result = self._remeasure(sources, problem, rounds, baselines)

@@ -17,8 +17,16 @@ import time
 from typing import Optional
 
 
-def measure(executor: str, problem: str, n: int, device: str, workers: int, trials: int,
-            ray_address: Optional[str] = None, dtype: Optional[str] = None) -> dict:
+def measure(
+    executor: str,
+    problem: str,
+    n: int,
+    device: str,
+    workers: int,
+    trials: int,
+    ray_address: Optional[str] = None,
+    dtype: Optional[str] = None,
+) -> dict:
     from agent.search.executors import make_executor
     from evaluation.problem import load_problem
 
@@ -45,10 +53,19 @@ def measure(executor: str, problem: str, n: int, device: str, workers: int, tria
     finally:
         ex.close()
     return {
-        "executor": executor, "problem": problem, "device": fp.device_name, "n": n, "workers": workers,
-        "trials": trials, "start_s": started_s, "environment_s": environment_s,
-        "single_eval_s_mean": sum(one_by_one) / n, "single_eval_s_min": min(one_by_one),
-        "single_eval_s": one_by_one, "batch_s": batch_s, "batch_s_per_eval": batch_s / n,
+        "executor": executor,
+        "problem": problem,
+        "device": fp.device_name,
+        "n": n,
+        "workers": workers,
+        "trials": trials,
+        "start_s": started_s,
+        "environment_s": environment_s,
+        "single_eval_s_mean": sum(one_by_one) / n,
+        "single_eval_s_min": min(one_by_one),
+        "single_eval_s": one_by_one,
+        "batch_s": batch_s,
+        "batch_s_per_eval": batch_s / n,
         "statuses": sorted(set(statuses + batch)),
     }
 
@@ -66,8 +83,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--dtype", default=None, help="prove and time only this dtype (e.g. bfloat16)")
     parser.add_argument("--ray-address", default=None)
     args = parser.parse_args(argv)
-    out = measure(args.executor, args.problem, args.n, args.device, args.workers, args.trials, args.ray_address,
-                  args.dtype)
+    out = measure(
+        args.executor, args.problem, args.n, args.device, args.workers, args.trials, args.ray_address, args.dtype
+    )
     sys.stdout.write(json.dumps(out) + "\n")
     return 0
 

@@ -45,8 +45,16 @@ def worker_children() -> list[int]:
 class LocalExecutor(BatchExecutor):
     name = "local"
 
-    def __init__(self, device: str = "auto", workers: int = 1, *, timeout_s: float = 300.0, trials: int = 2,
-                 evaluator: Any = None, sandbox: Optional[str] = None):
+    def __init__(
+        self,
+        device: str = "auto",
+        workers: int = 1,
+        *,
+        timeout_s: float = 300.0,
+        trials: int = 2,
+        evaluator: Any = None,
+        sandbox: Optional[str] = None,
+    ):
         """`evaluator`: what runs candidates (the `evaluation` package; tests pass a stand-in with the
         same functions: evaluate, time_many, remeasure, fingerprint, resolve_device)."""
         self._ev = evaluator if evaluator is not None else importlib.import_module("evaluation")
@@ -73,27 +81,38 @@ class LocalExecutor(BatchExecutor):
 
     def _run_check(self, source: str, problem: ProblemInfo, alone: bool) -> EvalResult:
         self._open()
-        with self._job(), (self._device_lock.exclusive() if alone else self._device_lock.shared()):
+        with self._job(), self._device_lock.exclusive() if alone else self._device_lock.shared():
             self._open()
-            return self._ev.evaluate(source, problem, device=self.device, timeout_s=self.timeout_s,
-                                     trials=self.trials, time_it=False, **self.sandbox_kw)
+            return self._ev.evaluate(
+                source,
+                problem,
+                device=self.device,
+                timeout_s=self.timeout_s,
+                trials=self.trials,
+                time_it=False,
+                **self.sandbox_kw,
+            )
 
     def _check(self, source: str, problem: ProblemInfo, *, alone: bool) -> "Future[EvalResult]":
         return self._pool.submit(self._run_check, source, problem, alone)
 
-    def _time(self, items: list[tuple[str, EvalResult]], problem: ProblemInfo,
-              baselines: tuple[str, ...]) -> list[EvalResult]:
+    def _time(
+        self, items: list[tuple[str, EvalResult]], problem: ProblemInfo, baselines: tuple[str, ...]
+    ) -> list[EvalResult]:
         with self._job(), self._device_lock.exclusive():
             self._open()
-            return self._ev.time_many(items, problem, device=self.device, timeout_s=self.timeout_s,
-                                      baselines=baselines, **self.sandbox_kw)
+            return self._ev.time_many(
+                items, problem, device=self.device, timeout_s=self.timeout_s, baselines=baselines, **self.sandbox_kw
+            )
 
-    def _remeasure(self, sources: dict[str, str], problem: ProblemInfo, rounds: int,
-                   baselines: tuple[str, ...]) -> RemeasureResult:
+    def _remeasure(
+        self, sources: dict[str, str], problem: ProblemInfo, rounds: int, baselines: tuple[str, ...]
+    ) -> RemeasureResult:
         with self._job(), self._device_lock.exclusive():
             self._open()
-            return self._ev.remeasure(sources, problem, device=self.device, rounds=rounds, baselines=baselines,
-                                     **self.sandbox_kw)
+            return self._ev.remeasure(
+                sources, problem, device=self.device, rounds=rounds, baselines=baselines, **self.sandbox_kw
+            )
 
     # -- stopping ------------------------------------------------------------------------------------
     def _reap(self) -> None:

@@ -42,14 +42,19 @@ CPU_RESOURCE = "device:cpu"
 # Set while Ray starts in this process (and so inherited by every Ray process it starts): no probe of
 # cloud metadata endpoints, no usage report, leaves the machine.
 OFFLINE_ENV = {
-    "http_proxy": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9",
-    "https_proxy": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9",
-    "no_proxy": "localhost,127.0.0.1", "NO_PROXY": "localhost,127.0.0.1",
+    "http_proxy": "http://127.0.0.1:9",
+    "HTTP_PROXY": "http://127.0.0.1:9",
+    "https_proxy": "http://127.0.0.1:9",
+    "HTTPS_PROXY": "http://127.0.0.1:9",
+    "no_proxy": "localhost,127.0.0.1",
+    "NO_PROXY": "localhost,127.0.0.1",
     "RAY_USAGE_STATS_ENABLED": "0",
 }
 # The environment of every task on a GPU host (multicast over NVLink off, as on the lent machines).
 TASK_ENV = {
-    "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
     "RAY_USAGE_STATS_ENABLED": "0",
 }
 DEFAULT_RETRIES = 3
@@ -101,22 +106,39 @@ def _task_environment(evaluator: str, device: str) -> tuple[str, Fingerprint]:
     return _node_id(), ev.fingerprint(ev.resolve_device(device))
 
 
-def _task_check(evaluator: str, source: str, problem: ProblemInfo, device: str, timeout_s: float,
-                trials: int, sandbox_kw: dict) -> tuple[str, EvalResult]:
+def _task_check(
+    evaluator: str, source: str, problem: ProblemInfo, device: str, timeout_s: float, trials: int, sandbox_kw: dict
+) -> tuple[str, EvalResult]:
     ev = importlib.import_module(evaluator)
-    return _node_id(), ev.evaluate(source, problem, device=device, timeout_s=timeout_s, trials=trials, time_it=False,
-                                   **sandbox_kw)
+    return _node_id(), ev.evaluate(
+        source, problem, device=device, timeout_s=timeout_s, trials=trials, time_it=False, **sandbox_kw
+    )
 
 
-def _task_time(evaluator: str, items: list[tuple[str, EvalResult]], problem: ProblemInfo, device: str,
-               timeout_s: float, baselines: tuple[str, ...], sandbox_kw: dict) -> tuple[str, list[EvalResult]]:
+def _task_time(
+    evaluator: str,
+    items: list[tuple[str, EvalResult]],
+    problem: ProblemInfo,
+    device: str,
+    timeout_s: float,
+    baselines: tuple[str, ...],
+    sandbox_kw: dict,
+) -> tuple[str, list[EvalResult]]:
     ev = importlib.import_module(evaluator)
-    return _node_id(), ev.time_many(items, problem, device=device, timeout_s=timeout_s, baselines=baselines,
-                                    **sandbox_kw)
+    return _node_id(), ev.time_many(
+        items, problem, device=device, timeout_s=timeout_s, baselines=baselines, **sandbox_kw
+    )
 
 
-def _task_remeasure(evaluator: str, sources: dict[str, str], problem: ProblemInfo, device: str, rounds: int,
-                    baselines: tuple[str, ...], sandbox_kw: dict) -> tuple[str, RemeasureResult]:
+def _task_remeasure(
+    evaluator: str,
+    sources: dict[str, str],
+    problem: ProblemInfo,
+    device: str,
+    rounds: int,
+    baselines: tuple[str, ...],
+    sandbox_kw: dict,
+) -> tuple[str, RemeasureResult]:
     ev = importlib.import_module(evaluator)
     return _node_id(), ev.remeasure(sources, problem, device=device, rounds=rounds, baselines=baselines, **sandbox_kw)
 
@@ -135,9 +157,19 @@ def _remote(fn):
 class RayExecutor(BatchExecutor):
     name = "ray"
 
-    def __init__(self, device: str = "auto", workers: int = 1, *, timeout_s: float = 300.0, trials: int = 2,
-                 address: Optional[str] = None, resource: Optional[str] = None, evaluator: str = "evaluation",
-                 retries: int = DEFAULT_RETRIES, sandbox: Optional[str] = None):
+    def __init__(
+        self,
+        device: str = "auto",
+        workers: int = 1,
+        *,
+        timeout_s: float = 300.0,
+        trials: int = 2,
+        address: Optional[str] = None,
+        resource: Optional[str] = None,
+        evaluator: str = "evaluation",
+        retries: int = DEFAULT_RETRIES,
+        sandbox: Optional[str] = None,
+    ):
         """`address`: a running cluster ("auto", "HOST:PORT", "ray://..."), else $RAY_ADDRESS, else a
         local cluster started here (stopped by `close`). `resource`: a custom resource every task
         requests, which routes the search to the nodes that declare it. `evaluator`: the module the
@@ -169,8 +201,9 @@ class RayExecutor(BatchExecutor):
                 if self.address:
                     ray.init(address=self.address, **common)
                 else:
-                    ray.init(resources={CPU_RESOURCE: 1}, include_dashboard=False, _node_ip_address="127.0.0.1",
-                             **common)
+                    ray.init(
+                        resources={CPU_RESOURCE: 1}, include_dashboard=False, _node_ip_address="127.0.0.1", **common
+                    )
             except ConnectionError as exc:
                 raise ExecutorError(f"cannot reach the Ray cluster at {self.address}: {exc}") from None
         self._owns_ray = True
@@ -195,8 +228,10 @@ class RayExecutor(BatchExecutor):
         if missing:
             where = self.address or "this machine"
             how = "--num-gpus N" if missing[0] == "GPU" else f"--resources '{{\"{missing[0]}\": 1}}'"
-            raise ExecutorError(f"no node of the Ray cluster at {where} offers a whole {missing[0]!r} for a "
-                                f"{self.device} search; start one with `ray start ... {how}`")
+            raise ExecutorError(
+                f"no node of the Ray cluster at {where} offers a whole {missing[0]!r} for a "
+                f"{self.device} search; start one with `ray start ... {how}`"
+            )
 
     # -- tasks -----------------------------------------------------------------------------------------
     def _share(self) -> float:
@@ -204,8 +239,9 @@ class RayExecutor(BatchExecutor):
         return max(1, int(10_000 / self.workers)) / 10_000
 
     def _options(self, share: float) -> dict[str, Any]:
-        opts: dict[str, Any] = dict(num_cpus=1, max_retries=self.retries, retry_exceptions=False,
-                                    runtime_env={"env_vars": dict(TASK_ENV)})
+        opts: dict[str, Any] = dict(
+            num_cpus=1, max_retries=self.retries, retry_exceptions=False, runtime_env={"env_vars": dict(TASK_ENV)}
+        )
         if self.device == "cuda":
             opts["num_gpus"] = share
             if self.resource:
@@ -251,17 +287,25 @@ class RayExecutor(BatchExecutor):
 
     def _lost(self, exc: BaseException) -> bool:
         ray = _ray()
-        return isinstance(exc, (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError,
-                                ray.exceptions.ObjectLostError, ray.exceptions.LocalRayletDiedError,
-                                ray.exceptions.OutOfMemoryError))
+        return isinstance(
+            exc,
+            (
+                ray.exceptions.WorkerCrashedError,
+                ray.exceptions.NodeDiedError,
+                ray.exceptions.ObjectLostError,
+                ray.exceptions.LocalRayletDiedError,
+                ray.exceptions.OutOfMemoryError,
+            ),
+        )
 
     def _value(self, kind: str, share: float, fn, *args):
         """Run one task to its end; a task the infrastructure lost for good raises ExecutorError."""
         outcome = self._outcome(self._submit(kind, share, fn, *args))
         if isinstance(outcome, BaseException):
             if self._lost(outcome):
-                raise ExecutorError(f"the Ray {kind} task was lost {self.retries + 1} times: "
-                                    f"{type(outcome).__name__}") from outcome
+                raise ExecutorError(
+                    f"the Ray {kind} task was lost {self.retries + 1} times: {type(outcome).__name__}"
+                ) from outcome
             raise outcome
         return outcome
 
@@ -270,13 +314,26 @@ class RayExecutor(BatchExecutor):
 
     def _check(self, source: str, problem: ProblemInfo, *, alone: bool) -> "Future[EvalResult]":
         share = 1.0 if alone else self._share()
-        return self._submit("check_alone" if alone else "check", share, _task_check, source, problem, self.device,
-                            self.timeout_s, self.trials, self.sandbox_kw)
+        return self._submit(
+            "check_alone" if alone else "check",
+            share,
+            _task_check,
+            source,
+            problem,
+            self.device,
+            self.timeout_s,
+            self.trials,
+            self.sandbox_kw,
+        )
 
-    def _time(self, items: list[tuple[str, EvalResult]], problem: ProblemInfo,
-              baselines: tuple[str, ...]) -> list[EvalResult]:
-        outcome = self._outcome(self._submit("time", 1.0, _task_time, items, problem, self.device, self.timeout_s,
-                                             baselines, self.sandbox_kw))
+    def _time(
+        self, items: list[tuple[str, EvalResult]], problem: ProblemInfo, baselines: tuple[str, ...]
+    ) -> list[EvalResult]:
+        outcome = self._outcome(
+            self._submit(
+                "time", 1.0, _task_time, items, problem, self.device, self.timeout_s, baselines, self.sandbox_kw
+            )
+        )
         if not isinstance(outcome, BaseException):
             return outcome
         if not self._lost(outcome):
@@ -284,8 +341,19 @@ class RayExecutor(BatchExecutor):
         # The batch's timing was lost on every retry: one task per candidate, so a loss is its own.
         out: list[EvalResult] = []
         for source, checked in items:
-            single = self._outcome(self._submit("time", 1.0, _task_time, [(source, checked)], problem, self.device,
-                                                self.timeout_s, baselines, self.sandbox_kw))
+            single = self._outcome(
+                self._submit(
+                    "time",
+                    1.0,
+                    _task_time,
+                    [(source, checked)],
+                    problem,
+                    self.device,
+                    self.timeout_s,
+                    baselines,
+                    self.sandbox_kw,
+                )
+            )
             if isinstance(single, BaseException):
                 if not self._lost(single):
                     raise single
@@ -294,15 +362,22 @@ class RayExecutor(BatchExecutor):
         return out
 
     def _lost_timing(self, checked: EvalResult, exc: BaseException) -> EvalResult:
-        return checked.model_copy(update=dict(
-            status=Status.crashed, failed_stage=Stage.timing, error_class=type(exc).__name__,
-            message=f"the ray executor lost this candidate's timing job on every retry, the last time alone: "
-                    f"{type(exc).__name__}"))
+        return checked.model_copy(
+            update=dict(
+                status=Status.crashed,
+                failed_stage=Stage.timing,
+                error_class=type(exc).__name__,
+                message=f"the ray executor lost this candidate's timing job on every retry, the last time alone: "
+                f"{type(exc).__name__}",
+            )
+        )
 
-    def _remeasure(self, sources: dict[str, str], problem: ProblemInfo, rounds: int,
-                   baselines: tuple[str, ...]) -> RemeasureResult:
-        return self._value("remeasure", 1.0, _task_remeasure, sources, problem, self.device, rounds, baselines,
-                           self.sandbox_kw)
+    def _remeasure(
+        self, sources: dict[str, str], problem: ProblemInfo, rounds: int, baselines: tuple[str, ...]
+    ) -> RemeasureResult:
+        return self._value(
+            "remeasure", 1.0, _task_remeasure, sources, problem, self.device, rounds, baselines, self.sandbox_kw
+        )
 
     # -- stopping ------------------------------------------------------------------------------------
     def _drop(self, futures: list[Future]) -> None:

@@ -44,11 +44,16 @@ _NORMS = ("layernorm", "rmsnorm", "add_rmsnorm")
 _SOFTMAXES = ("softmax", "log_softmax")
 DEFAULT_ROWS: tuple[tuple[str, dict[str, int]], ...] = (
     *[(op, p) for op in _NORMS for p in ({"M": 8192, "N": 8192}, {"M": 16384, "N": 8192}, {"M": 16, "N": 4194304})],
-    *[(op, p) for op in _SOFTMAXES for p in ({"M": 4096, "N": 32000}, {"M": 16384, "N": 8192},
-                                             {"M": 16, "N": 4194304})],
-    ("cross_entropy", {"M": 8192, "V": 128256}), ("cross_entropy", {"M": 16384, "V": 32000}),
+    *[
+        (op, p)
+        for op in _SOFTMAXES
+        for p in ({"M": 4096, "N": 32000}, {"M": 16384, "N": 8192}, {"M": 16, "N": 4194304})
+    ],
+    ("cross_entropy", {"M": 8192, "V": 128256}),
+    ("cross_entropy", {"M": 16384, "V": 32000}),
     *[(op, p) for op in ("swiglu", "geglu") for p in ({"M": 16384, "N": 14336}, {"M": 16384, "N": 8192})],
-    ("matmul_epilogue", {"M": 8192, "K": 8192, "N": 8192}), ("matmul_epilogue", {"M": 8192, "K": 4096, "N": 14336}),
+    ("matmul_epilogue", {"M": 8192, "K": 8192, "N": 8192}),
+    ("matmul_epilogue", {"M": 8192, "K": 4096, "N": 14336}),
 )
 PROVIDERS = ("eager", "torch_compile", "max_autotune", "kernel")
 TOLERANCE = {"bfloat16": (1.6e-2, 1.6e-2), "float16": (2e-3, 2e-3), "float32": (1e-4, 1e-4)}
@@ -297,8 +302,9 @@ def _compile(model, mode: Optional[str]):
     return torch.compile(model, mode=mode, dynamic=False) if mode else torch.compile(model, dynamic=False)
 
 
-def run_row(op: str, params: dict[str, int], args, ceiling: Optional[float], timer: Optional[Timer],
-            autotune_ok: Optional[bool]) -> list[Measurement]:
+def run_row(
+    op: str, params: dict[str, int], args, ceiling: Optional[float], timer: Optional[Timer], autotune_ok: Optional[bool]
+) -> list[Measurement]:
     import torch
 
     rid = row_id(op, params)
@@ -318,8 +324,14 @@ def run_row(op: str, params: dict[str, int], args, ceiling: Optional[float], tim
         fns["torch_compile"] = _compile(built.model, None)
     if timer is not None and "max_autotune" in args.providers and rid in args.autotune_rows:
         if autotune_ok is False:
-            out.append(Measurement(rid, "max_autotune", "skipped",
-                                   f"not compiled within {args.autotune_cap_s:.0f} s (or the run's budget)"))
+            out.append(
+                Measurement(
+                    rid,
+                    "max_autotune",
+                    "skipped",
+                    f"not compiled within {args.autotune_cap_s:.0f} s (or the run's budget)",
+                )
+            )
         else:
             fns["max_autotune"] = _compile(built.model, "max-autotune-no-cudagraphs")
     if "kernel" in args.providers:
@@ -394,8 +406,20 @@ def warm_row(op: str, params: dict[str, int], args) -> None:
 
 
 def _child(args, spec: str, *, autotune: bool, timeout: Optional[float]) -> tuple[bool, str]:
-    cmd = [sys.executable, "-m", "agent.search.peers", "--warm-only", "--rows", spec, "--dtype", args.dtype,
-           "--kernels", str(args.kernels), "--providers", ",".join(args.providers)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "agent.search.peers",
+        "--warm-only",
+        "--rows",
+        spec,
+        "--dtype",
+        args.dtype,
+        "--kernels",
+        str(args.kernels),
+        "--providers",
+        ",".join(args.providers),
+    ]
     env = dict(os.environ)
     if autotune:
         cmd.append("--warm-autotune")
@@ -432,8 +456,10 @@ def warm_all(rows, args) -> dict[str, bool]:
             ok, tail = _child(args, spec, autotune=True, timeout=args.autotune_cap_s)
             spent += time.time() - t1
             autotune_ok[spec] = ok
-            print(f"  max-autotune {spec}: {'compiled' if ok else 'NOT compiled: ' + tail.strip()[-160:]} "
-                  f"in {time.time() - t1:.0f} s")
+            print(
+                f"  max-autotune {spec}: {'compiled' if ok else 'NOT compiled: ' + tail.strip()[-160:]} "
+                f"in {time.time() - t1:.0f} s"
+            )
     return autotune_ok
 
 
@@ -444,16 +470,30 @@ def environment() -> dict[str, Any]:
     import torch
     import triton
 
-    env = {"torch": torch.__version__, "triton": triton.__version__, "cuda": torch.version.cuda,
-           "python": platform.python_version(), "device": "cpu (triton interpreter)", "driver": None}
+    env = {
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "cuda": torch.version.cuda,
+        "python": platform.python_version(),
+        "device": "cpu (triton interpreter)",
+        "driver": None,
+    }
     if torch.cuda.is_available():
         env["device"] = torch.cuda.get_device_name()
         props = torch.cuda.get_device_properties(torch.cuda.current_device())
         env["sms"] = props.multi_processor_count
         env["l2_bytes"] = int(getattr(props, "L2_cache_size", 0) or 0)
         try:
-            env["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                           capture_output=True, text=True, timeout=20).stdout.strip().splitlines()[0]
+            env["driver"] = (
+                subprocess.run(
+                    ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                    capture_output=True,
+                    text=True,
+                    timeout=20,
+                )
+                .stdout.strip()
+                .splitlines()[0]
+            )
         except (OSError, IndexError, subprocess.SubprocessError):
             env["driver"] = None
     return env
@@ -464,8 +504,10 @@ def _fmt(v: Optional[float], spec: str) -> str:
 
 
 def print_table(measurements: list[Measurement], header: bool = True) -> None:
-    head = f"{'row':34} {'provider':26} {'p50 ms':>9} {'GB/s':>7} {'% copy':>7} {'TFLOP/s':>8} " \
-           f"{'x eager':>8} {'x compile':>9} {'x max-at':>8}"
+    head = (
+        f"{'row':34} {'provider':26} {'p50 ms':>9} {'GB/s':>7} {'% copy':>7} {'TFLOP/s':>8} "
+        f"{'x eager':>8} {'x compile':>9} {'x max-at':>8}"
+    )
     if header:
         print(head)
         print("-" * len(head))
@@ -474,9 +516,11 @@ def print_table(measurements: list[Measurement], header: bool = True) -> None:
             print(f"{m.row:34} {m.provider:26} {m.status}: {m.note}")
             continue
         tfl = _fmt(m.tflops, ".0f") if m.row.startswith("matmul") else "-"
-        print(f"{m.row:34} {m.provider:26} {m.p50_ms:9.4f} {m.gbps:7.0f} {_fmt(m.pct_of_copy, '7.1f')} {tfl:>8} "
-              f"{_fmt(m.ratios.get('eager'), '8.2f')} {_fmt(m.ratios.get('torch_compile'), '9.2f')} "
-              f"{_fmt(m.ratios.get('max_autotune'), '8.2f')}")
+        print(
+            f"{m.row:34} {m.provider:26} {m.p50_ms:9.4f} {m.gbps:7.0f} {_fmt(m.pct_of_copy, '7.1f')} {tfl:>8} "
+            f"{_fmt(m.ratios.get('eager'), '8.2f')} {_fmt(m.ratios.get('torch_compile'), '9.2f')} "
+            f"{_fmt(m.ratios.get('max_autotune'), '8.2f')}"
+        )
 
 
 def best_per_row(measurements: list[Measurement]) -> list[str]:
@@ -484,8 +528,10 @@ def best_per_row(measurements: list[Measurement]) -> list[str]:
     rows: dict[str, dict[str, Measurement]] = {}
     for m in measurements:
         rows.setdefault(m.row, {})[m.provider] = m
-    head = (f"{'row':34} {'eager ms':>9} {'compile':>9} {'max-at':>9} {'best kernel':22} {'p50 ms':>9} "
-            f"{'% copy':>7} {'x eager':>8} {'x comp':>7} {'x max-at':>8}")
+    head = (
+        f"{'row':34} {'eager ms':>9} {'compile':>9} {'max-at':>9} {'best kernel':22} {'p50 ms':>9} "
+        f"{'% copy':>7} {'x eager':>8} {'x comp':>7} {'x max-at':>8}"
+    )
     lines = [head, "-" * len(head)]
     for row, by in rows.items():
         timed = {p: m for p, m in by.items() if m.status == "timed"}
@@ -496,10 +542,12 @@ def best_per_row(measurements: list[Measurement]) -> list[str]:
             lines.append(f"{row:34} no kernel timed; " + "; ".join(failed)[:200])
             continue
         k = min(kernels, key=lambda m: m.p50_ms)
-        lines.append(f"{row:34} {_fmt(base['eager'], '9.4f')} {_fmt(base['torch_compile'], '9.4f')} "
-                     f"{_fmt(base['max_autotune'], '9.4f')} {k.provider[7:]:22} {k.p50_ms:9.4f} "
-                     f"{_fmt(k.pct_of_copy, '7.1f')} {_fmt(k.ratios.get('eager'), '8.2f')} "
-                     f"{_fmt(k.ratios.get('torch_compile'), '7.2f')} {_fmt(k.ratios.get('max_autotune'), '8.2f')}")
+        lines.append(
+            f"{row:34} {_fmt(base['eager'], '9.4f')} {_fmt(base['torch_compile'], '9.4f')} "
+            f"{_fmt(base['max_autotune'], '9.4f')} {k.provider[7:]:22} {k.p50_ms:9.4f} "
+            f"{_fmt(k.pct_of_copy, '7.1f')} {_fmt(k.ratios.get('eager'), '8.2f')} "
+            f"{_fmt(k.ratios.get('torch_compile'), '7.2f')} {_fmt(k.ratios.get('max_autotune'), '8.2f')}"
+        )
     return lines
 
 
@@ -515,27 +563,71 @@ def summarize(measurements: list[Measurement]) -> list[str]:
         comp = [m.ratios["torch_compile"] for m in ms if "torch_compile" in m.ratios]
         pct = [m.pct_of_copy for m in ms if m.pct_of_copy is not None]
         geo = math.exp(sum(map(math.log, comp)) / len(comp)) if comp else None
-        lines.append(f"{op:16} {provider[7:]:22} rows {len(ms)}  x compile geomean {_fmt(geo, '.2f')} "
-                     f"worst {_fmt(min(comp) if comp else None, '.2f')}  worst % copy "
-                     f"{_fmt(min(pct) if pct else None, '.1f')}")
+        lines.append(
+            f"{op:16} {provider[7:]:22} rows {len(ms)}  x compile geomean {_fmt(geo, '.2f')} "
+            f"worst {_fmt(min(comp) if comp else None, '.2f')}  worst % copy "
+            f"{_fmt(min(pct) if pct else None, '.1f')}"
+        )
     return lines
 
 
 def write_outputs(out_dir: Path, env: dict, ceiling: Optional[float], measurements: list[Measurement]) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "peers.json").write_text(json.dumps(
-        {"environment": env, "copy_ceiling_gbps": ceiling, "measurements": [asdict(m) for m in measurements]},
-        indent=1))
+    (out_dir / "peers.json").write_text(
+        json.dumps(
+            {"environment": env, "copy_ceiling_gbps": ceiling, "measurements": [asdict(m) for m in measurements]},
+            indent=1,
+        )
+    )
     with open(out_dir / "peers.csv", "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["row", "provider", "status", "p20_ms", "p50_ms", "p80_ms", "n_samples", "method", "gbps",
-                    "pct_of_copy", "tflops", "x_eager", "x_torch_compile", "x_max_autotune", "device", "driver",
-                    "torch", "triton", "note"])
+        w.writerow(
+            [
+                "row",
+                "provider",
+                "status",
+                "p20_ms",
+                "p50_ms",
+                "p80_ms",
+                "n_samples",
+                "method",
+                "gbps",
+                "pct_of_copy",
+                "tflops",
+                "x_eager",
+                "x_torch_compile",
+                "x_max_autotune",
+                "device",
+                "driver",
+                "torch",
+                "triton",
+                "note",
+            ]
+        )
         for m in measurements:
-            w.writerow([m.row, m.provider, m.status, m.p20_ms, m.p50_ms, m.p80_ms, m.n_samples, m.method, m.gbps,
-                        m.pct_of_copy, m.tflops, m.ratios.get("eager"), m.ratios.get("torch_compile"),
-                        m.ratios.get("max_autotune"), env.get("device"), env.get("driver"), env.get("torch"),
-                        env.get("triton"), m.note])
+            w.writerow(
+                [
+                    m.row,
+                    m.provider,
+                    m.status,
+                    m.p20_ms,
+                    m.p50_ms,
+                    m.p80_ms,
+                    m.n_samples,
+                    m.method,
+                    m.gbps,
+                    m.pct_of_copy,
+                    m.tflops,
+                    m.ratios.get("eager"),
+                    m.ratios.get("torch_compile"),
+                    m.ratios.get("max_autotune"),
+                    env.get("device"),
+                    env.get("driver"),
+                    env.get("torch"),
+                    env.get("triton"),
+                    m.note,
+                ]
+            )
 
 
 # ---------------------------------------------------------------- main
@@ -553,10 +645,18 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     ap.add_argument("--jobs", type=int, default=0, help="warm caches in this many processes first (0: no)")
     ap.add_argument("--warm-cap-s", type=float, default=300.0, help="cap on one row's parallel warm-up")
     ap.add_argument("--autotune-cap-s", type=float, default=300.0, help="max-autotune compile cap per row")
-    ap.add_argument("--autotune-rows", action="append", default=[],
-                    help="rows that time max-autotune, in priority order (repeatable; default: every row)")
-    ap.add_argument("--autotune-budget-s", type=float, default=3600.0,
-                    help="total max-autotune warm-up time; rows past it are not attempted")
+    ap.add_argument(
+        "--autotune-rows",
+        action="append",
+        default=[],
+        help="rows that time max-autotune, in priority order (repeatable; default: every row)",
+    )
+    ap.add_argument(
+        "--autotune-budget-s",
+        type=float,
+        default=3600.0,
+        help="total max-autotune warm-up time; rows past it are not attempted",
+    )
     ap.add_argument("--out", type=Path, default=None, help="write peers.json and peers.csv here (after every row)")
     ap.add_argument("--full-table", action="store_true", help="repeat every measurement in one table at the end")
     ap.add_argument("--warm-only", action="store_true", help=argparse.SUPPRESS)
@@ -621,8 +721,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     if not gpu:
         print("not timed: no GPU here (correctness checked through Triton's interpreter only)")
     print()
-    print("device {device}, driver {driver}, torch {torch}, triton {triton}, CUDA {cuda}".format(**env)
-          + (f", copy ceiling {ceiling:.0f} GB/s" if ceiling else ""))
+    print(
+        "device {device}, driver {driver}, torch {torch}, triton {triton}, CUDA {cuda}".format(**env)
+        + (f", copy ceiling {ceiling:.0f} GB/s" if ceiling else "")
+    )
     if args.full_table:
         print_table(measurements)
     if gpu:
