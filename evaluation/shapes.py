@@ -239,10 +239,45 @@ class _Problem:
                 model = module.Model(*init_inputs(module))
                 if isinstance(model, torch.nn.Module):
                     model = model.eval()
-                model(*module.get_inputs())
+                inputs = module.get_inputs()
+                out = model(*inputs)
         except Exception as exc:
             return f"the reference raised {type(exc).__name__}: {' '.join(str(exc).split())[:240]}"
+        return _ill_conditioned(model, inputs, out) if where == "cpu" else None
+
+
+def _ill_conditioned(model, inputs: list, out) -> str | None:
+    """Why a case tests rounding rather than a kernel, or None: PyTorch's own float32 result fails our
+    comparison against the float64 reference on the same inputs. Shrinking can make such a case (64
+    channels in 64 groups: each group one element, the exact output zero, the float64 reference rounding
+    noise that the norm test then measures every kernel against), and no kernel can be asked to pass it."""
+    import copy
+
+    import torch
+
+    from evaluation.compare import compare
+    from evaluation.protocol import package
+    from evaluation.records import DEFAULT_TOLERANCES
+
+    floating = [t for t in _flatten(out) if isinstance(t, torch.Tensor) and t.dtype == torch.float32]
+    if not floating or not isinstance(model, torch.nn.Module):
         return None
+    try:
+        with torch.random.fork_rng(), torch.no_grad():
+            torch.manual_seed(0)
+            wide = copy.deepcopy(model).to(torch.float64)
+            expected = wide(
+                *[x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
+            )
+        verdict = compare(package(out), expected, "float32", DEFAULT_TOLERANCES["float32"])
+    except Exception:  # the reference does not run in float64: nothing to tell
+        return None
+    if verdict.passed:
+        return None
+    return (
+        f"PyTorch's own float32 result fails this case against the float64 reference ({verdict.message}): "
+        "it tests rounding, not a kernel"
+    )
 
 
 def footprint(path: Path, params: dict[str, int]) -> Footprint:

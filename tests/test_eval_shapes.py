@@ -196,6 +196,25 @@ def test_a_reference_that_needs_its_shipped_ratio_falls_back_to_proportional_shr
     assert any("four times" in d.reason for d in info.dropped_cases)
 
 
+def test_a_case_of_one_channel_per_group_is_dropped_because_pytorch_float32_cannot_pass_it(tmp_path):
+    # Shrinking 4096 channels in 64 groups reaches 64 in 64: one element per group, an exact output of
+    # zero and a float64 reference of rounding noise, against which the norm test refuses any kernel.
+    groups = (
+        "import torch\nclass Model(torch.nn.Module):\n    def __init__(self, features, num_groups):\n"
+        "        super().__init__()\n        self.gn = torch.nn.GroupNorm(num_groups, features)\n"
+        "    def forward(self, x):\n        return self.gn(x * 3.0 + 1.0)\n"
+        "batch_size = 32768\nout_features = 4096\nnum_groups = 64\n"
+        "def get_inputs():\n    return [torch.rand(batch_size, out_features)]\n"
+        "def get_init_inputs():\n    return [out_features, num_groups]\n"
+    )
+    info = load_problem(str(_write(tmp_path, "groups.py", groups)), "cpu")
+    per_group = [c.params["out_features"] // c.params["num_groups"] for c in info.shape_cases]
+    assert info.shape_cases and min(per_group) >= 2
+    rounding = [d for d in info.dropped_cases if "PyTorch's own float32 result fails" in d.reason]
+    assert rounding and all(d.params["out_features"] == d.params["num_groups"] for d in rounding)
+    assert "it tests rounding, not a kernel" in rounding[0].reason
+
+
 def test_a_reference_that_rejects_every_shrunk_shape_is_one_clear_error(tmp_path):
     never = (
         "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
