@@ -28,7 +28,7 @@ import torch
 from evaluation import protocol
 from evaluation.compare import Comparison, compare
 from evaluation.errors import ProblemError
-from evaluation.inputs import RNG_LOCK, STRESS_LADDERS, describe, trial_inputs
+from evaluation.inputs import RNG_LOCK, STRESS_LADDERS, describe, restates, trial_inputs
 from evaluation.problem import exec_problem_source, init_inputs, read_source
 from evaluation.records import KernelInfo, ProblemInfo, ShapeCase, ShapeResult, Stage, Status
 
@@ -127,10 +127,9 @@ class References:
         module = self.module(case.params)
         plain = trial_inputs(module, case.dtype, trial.model_copy(update=dict(scale=1.0, shift=0.0)), self.device)
         if not any(
-            isinstance(x, torch.Tensor) and x.is_floating_point() and bool((x < 0).any()) and bool((x > 0).any())
-            for x in plain
+            isinstance(x, torch.Tensor) and x.is_floating_point() and restates(x, trial.scale, True) for x in plain
         ):
-            return False  # nothing signed to stress: the trial would repeat the plain one
+            return False  # no input this kind changes: the trial would repeat the plain one
         inputs = trial_inputs(module, case.dtype, trial, self.device)
         try:
             expected, native = self.expected(case, inputs), self.native(case, inputs)
@@ -273,7 +272,7 @@ _PLAN_LOCK = threading.Lock()
 def _stress(kind: str, value: float, seed: int) -> protocol.Trial:
     return protocol.Trial(
         seed=seed,
-        scale=value if kind == "large_logits" else 1.0,
+        scale=value if kind in ("large_logits", "negated") else 1.0,
         shift=value if kind == "large_offset" else 0.0,
         stress=True,
         label=kind,

@@ -219,3 +219,63 @@ def test_a_judgement_that_runs_out_of_device_memory_is_redone_on_the_host(monkey
     assert len(calls) >= 2 * len(info.shape_cases) * 3  # every judged call (and each stress plan) fell back
     bad = evaluate(SEED.replace("y = diff * rstd * w + b", "y = diff * rstd * w"), info, device="cpu", trials=1)
     assert bad.status is Status.incorrect  # the host judgement is a real one
+
+
+ROWMAX = """import torch
+
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return torch.amax(x, dim=1)
+
+
+rows = 64
+cols = 32
+
+
+def get_inputs():
+    return [torch.rand(rows, cols)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+ROWMAX_TRITON = """import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _rowmax(x_ptr, out_ptr, C, BLOCK: tl.constexpr):
+    r = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    v = tl.load(x_ptr + r * C + offs, mask=offs < C, other=float("-inf"))
+    tl.store(out_ptr + r, FINISH)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        x = x.contiguous()
+        out = torch.empty(x.shape[0], device=x.device, dtype=x.dtype)
+        _rowmax[(x.shape[0],)](x, out, x.shape[1], BLOCK=triton.next_power_of_2(x.shape[1]))
+        return out
+"""
+
+
+def test_a_running_max_that_starts_at_zero_is_refused_on_negated_inputs_the_problem_never_draws(tmp_path):
+    # torch.rand inputs are never negative, and scaling keeps their sign: only the negated stress
+    # trial shows that max(row, 0) is not max(row).
+    path = tmp_path / "rowmax.py"
+    path.write_text(ROWMAX)
+    info = load_problem(str(path), "cpu")
+    honest = evaluate(ROWMAX_TRITON.replace("FINISH", "tl.max(v, axis=0)"), info, device="cpu", trials=1)
+    assert honest.status is Status.passed, honest.message
+    assert all(r.trials == 2 for r in honest.shape_results)  # the random trial, then the negated one
+    wrong = evaluate(
+        ROWMAX_TRITON.replace("FINISH", "tl.maximum(tl.max(v, axis=0), 0.0)"), info, device="cpu", trials=1
+    )
+    assert wrong.status is Status.incorrect and wrong.error_class == "ValueMismatch"
+    assert {r.case_id for r in wrong.shape_results if not r.passed} == {c.case_id for c in info.shape_cases}
+    assert all("trial 1 (negated: floating inputs x*-100" in r.message for r in wrong.shape_results)
