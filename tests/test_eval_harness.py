@@ -217,7 +217,9 @@ def test_a_judgement_that_runs_out_of_device_memory_is_redone_on_the_host(monkey
     assert all(r.passed for r in result.shape_results) and len(result.shape_results) == len(info.shape_cases)
     assert calls[::2] == [None] * (len(calls) // 2) and calls[1::2] == ["cpu"] * (len(calls) // 2)  # device, then host
     assert len(calls) >= 2 * len(info.shape_cases) * 3  # every judged call (and each stress plan) fell back
-    bad = evaluate(SEED.replace("y = diff * rstd * w + b", "y = diff * rstd * w"), info, device="cpu", trials=1)
+    no_bias = SEED.replace("(diff * rstd * w + b)", "(diff * rstd * w)")
+    assert no_bias != SEED
+    bad = evaluate(no_bias, info, device="cpu", trials=1)
     assert bad.status is Status.incorrect  # the host judgement is a real one
 
 

@@ -202,7 +202,7 @@ def test_knobs_fall_back_to_the_launch_arguments_in_the_source(store, problem):
     c = gpu_candidate(store, problem, variant(1), knobs="{}")
     _a, deployed = promote(store, c.candidate_id, approved_by="alice")
     ev = PromotionEvidence.model_validate_json(deployed.evidence_json)
-    assert ev.assumptions.knobs == {"BLOCK_N": "block", "num_warps": "num_warps"}
+    assert ev.assumptions.knobs == {"BLOCK_N": "block", "ONE_BLOCK": "one_block", "num_warps": "num_warps"}
     assert ev.assumptions.knobs_source == "launch arguments in the source"
 
 

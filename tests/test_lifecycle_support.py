@@ -65,7 +65,11 @@ def variant(n: int) -> str:
     return SEED + f"\n# variant {n}\n"
 
 
-BROKEN = SEED.replace("y = diff * rstd * w + b", "y = diff * rstd * w + b + 0.5")
+# Both of the seed's paths (one block, and the loop over blocks past max_block_n) add 0.5.
+BROKEN = SEED.replace("(diff * rstd * w + b)", "(diff * rstd * w + b + 0.5)").replace(
+    "((x - mean) * rstd * w + b)", "((x - mean) * rstd * w + b + 0.5)"
+)
+assert BROKEN.count("+ 0.5") == 2
 
 
 def shape_results(

@@ -391,13 +391,11 @@ def test_dtype_option_proves_only_that_dtype_and_is_kept_for_resume(home, capsys
         assert SessionConfig.model_validate_json(st.get_run(out["run_id"]).config_json).dtypes == ("bfloat16",)
         ((_, _, _, result),) = st.evaluations(run_id=out["run_id"])
     assert result.status.value == "passed"
-    assert sorted(s.case_id for s in result.shape_results) == [
-        "M=1,N=64|bfloat16",
-        "M=3,N=1|bfloat16",
-        "M=5,N=1000|bfloat16",
-        "M=7,N=97|bfloat16",
-        "M=8,N=256|bfloat16",
-    ]
+    every = evaluation.load_problem("layernorm", device="cpu").shape_cases
+    assert {c.dtype for c in every} == {"float32", "bfloat16"}
+    assert sorted(s.case_id for s in result.shape_results) == sorted(
+        c.case_id for c in every if c.dtype == "bfloat16" and "launch_only" not in c.tags
+    )
 
 
 def test_an_unknown_time_case_stops_optimize_before_any_run(tmp_path, capsys):

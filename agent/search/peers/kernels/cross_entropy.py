@@ -21,16 +21,14 @@ _IGNORE_INDEX = -100
 
 
 @triton.jit
-def _kernel(
-    X, T, Y, M, N, stride, eps, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE: tl.constexpr, EVEN: tl.constexpr
-):
+def _kernel(X, T, Y, M, N, stride, eps, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE: tl.constexpr,
+            EVEN: tl.constexpr):
     _row_block(tl.program_id(0), X, T, Y, M, N, stride, eps, ROWS, BLOCK_N, SINGLE, EVEN)
 
 
 @triton.jit
-def _row_block(
-    rb, X, T, Y, M, N, stride, eps, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE: tl.constexpr, EVEN: tl.constexpr
-):
+def _row_block(rb, X, T, Y, M, N, stride, eps, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE: tl.constexpr,
+               EVEN: tl.constexpr):
     rows = rb * ROWS + tl.arange(0, ROWS)
     rmask = rows < M
     # Rows past the end re-read the last row (always in bounds) and are never stored: no NaN from -inf - -inf.
@@ -72,12 +70,7 @@ def _stats(X, T, Y, base, rows, rmask, lo, hi, ROWS: tl.constexpr, BLOCK_N: tl.c
         if EVEN:
             x = tl.load(X + base[:, None] + cols[None, :], eviction_policy="evict_first").to(tl.float32)
         else:
-            x = tl.load(
-                X + base[:, None] + cols[None, :],
-                mask=cmask[None, :],
-                other=float("-inf"),
-                eviction_policy="evict_first",
-            ).to(tl.float32)
+            x = tl.load(X + base[:, None] + cols[None, :], mask=cmask[None, :], other=float("-inf"), eviction_policy="evict_first").to(tl.float32)
         new = tl.maximum(mx, tl.max(x, axis=1))
         s = s * tl.exp(mx - new) + tl.sum(tl.exp(x - new[:, None]), axis=1)
         mx = new
@@ -94,7 +87,8 @@ def _finish(a, b, N, eps):
 
 
 @triton.jit
-def _split_stats(X, T, Y, P, row0, M, N, stride, span, splits, pstride, BLOCK_N: tl.constexpr, EVEN: tl.constexpr):
+def _split_stats(X, T, Y, P, row0, M, N, stride, span, splits, pstride, BLOCK_N: tl.constexpr,
+                 EVEN: tl.constexpr):
     """Pass 1: partial statistics of one span of one row, to P[0, g, s] and P[1, g, s] (fp32)."""
     s = tl.program_id(0)
     g = tl.program_id(1)
@@ -198,52 +192,17 @@ class ModelNew(nn.Module):
             for row0 in range(0, m, rows):  # rows: the launch group (all rows unless grouped to fit L2)
                 g = min(rows, m - row0)
                 _split_stats[(splits, g)](
-                    x2,
-                    t,
-                    y,
-                    ws,
-                    row0,
-                    m,
-                    n,
-                    x2.stride(0),
-                    span,
-                    splits,
-                    rows * splits,
-                    BLOCK_N=block_n,
-                    EVEN=n % block_n == 0,
-                    num_warps=_warps(block_n),
-                    num_stages=_NUM_STAGES,
+                    x2, t, y, ws, row0, m, n, x2.stride(0), span, splits, rows * splits,
+                    BLOCK_N=block_n, EVEN=n % block_n == 0, num_warps=_warps(block_n), num_stages=_NUM_STAGES,
                 )
                 _split_loss[(g,)](
-                    x2,
-                    t,
-                    y,
-                    ws,
-                    row0,
-                    m,
-                    n,
-                    x2.stride(0),
-                    span,
-                    splits,
-                    rows * splits,
-                    SPLITS=triton.next_power_of_2(splits),
-                    num_warps=1,
+                    x2, t, y, ws, row0, m, n, x2.stride(0), span, splits, rows * splits,
+                    SPLITS=triton.next_power_of_2(splits), num_warps=1,
                 )
         else:
             row_blocks = triton.cdiv(m, rows)
             _kernel[(_programs(row_blocks, x2.device),)](
-                x2,
-                t,
-                y,
-                m,
-                n,
-                x2.stride(0),
-                eps,
-                ROWS=rows,
-                BLOCK_N=block_n,
-                SINGLE=path == "single",
-                EVEN=n % block_n == 0,
-                num_warps=_warps(rows * block_n),
-                num_stages=_NUM_STAGES,
+                x2, t, y, m, n, x2.stride(0), eps, ROWS=rows, BLOCK_N=block_n, SINGLE=path == "single",
+                EVEN=n % block_n == 0, num_warps=_warps(rows * block_n), num_stages=_NUM_STAGES,
             )
         return y.reshape(targets.shape)

@@ -20,16 +20,14 @@ _NUM_STAGES = 2
 
 
 @triton.jit
-def _kernel(
-    X, Y, M, N, stride, eps, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE: tl.constexpr, EVEN: tl.constexpr
-):
+def _kernel(X, Y, M, N, stride, eps, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE: tl.constexpr,
+            EVEN: tl.constexpr):
     _row_block(tl.program_id(0), X, Y, M, N, stride, eps, ROWS, BLOCK_N, SINGLE, EVEN)
 
 
 @triton.jit
-def _row_block(
-    rb, X, Y, M, N, stride, eps, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE: tl.constexpr, EVEN: tl.constexpr
-):
+def _row_block(rb, X, Y, M, N, stride, eps, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE: tl.constexpr,
+               EVEN: tl.constexpr):
     rows = rb * ROWS + tl.arange(0, ROWS)
     rmask = rows < M
     # Rows past the end re-read the last row (always in bounds) and are never stored: no NaN from -inf - -inf.
@@ -73,12 +71,7 @@ def _stats(X, Y, base, rows, rmask, lo, hi, ROWS: tl.constexpr, BLOCK_N: tl.cons
         if EVEN:
             x = tl.load(X + base[:, None] + cols[None, :], eviction_policy="evict_last").to(tl.float32)
         else:
-            x = tl.load(
-                X + base[:, None] + cols[None, :],
-                mask=cmask[None, :],
-                other=float("-inf"),
-                eviction_policy="evict_last",
-            ).to(tl.float32)
+            x = tl.load(X + base[:, None] + cols[None, :], mask=cmask[None, :], other=float("-inf"), eviction_policy="evict_last").to(tl.float32)
         new = tl.maximum(mx, tl.max(x, axis=1))
         s = s * tl.exp(mx - new) + tl.sum(tl.exp(x - new[:, None]), axis=1)
         mx = new
@@ -92,21 +85,8 @@ def _finish(a, b, N, eps):
 
 
 @triton.jit
-def _apply(
-    X,
-    Y,
-    base,
-    rows,
-    rmask,
-    lo,
-    hi,
-    a,
-    b,
-    ROWS: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    FROM_H: tl.constexpr,
-    EVEN: tl.constexpr,
-):
+def _apply(X, Y, base, rows, rmask, lo, hi, a, b, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
+           FROM_H: tl.constexpr, EVEN: tl.constexpr):
     """The output of columns [lo, hi), a second sweep over the input with finished statistics (a, b)."""
     for i in range(0, tl.cdiv(hi - lo, BLOCK_N)):
         cols = lo + i * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -117,16 +97,15 @@ def _apply(
         else:
             x = tl.load(X + offs, mask=cmask[None, :], other=0.0, eviction_policy="evict_first").to(tl.float32)
         y = (x - a[:, None]) - b[:, None]
-        tl.store(
-            Y + offs, y.to(Y.dtype.element_ty), mask=rmask[:, None] & cmask[None, :], eviction_policy="evict_first"
-        )
+        tl.store(Y + offs, y.to(Y.dtype.element_ty), mask=rmask[:, None] & cmask[None, :], eviction_policy="evict_first")
 
 
 # ---- split rows: program (s, g) owns columns [s * span, (s + 1) * span) of row row0 + g
 
 
 @triton.jit
-def _split_stats(X, Y, P, row0, M, N, stride, span, splits, pstride, BLOCK_N: tl.constexpr, EVEN: tl.constexpr):
+def _split_stats(X, Y, P, row0, M, N, stride, span, splits, pstride, BLOCK_N: tl.constexpr,
+                 EVEN: tl.constexpr):
     """Pass 1: partial statistics of one span of one row, to P[0, g, s] and P[1, g, s] (fp32)."""
     s = tl.program_id(0)
     g = tl.program_id(1)
@@ -154,22 +133,8 @@ def _combine(P, g, N, span, splits, pstride, eps, SPLITS: tl.constexpr):
 
 
 @triton.jit
-def _split_apply(
-    X,
-    Y,
-    P,
-    row0,
-    M,
-    N,
-    stride,
-    span,
-    splits,
-    pstride,
-    eps,
-    SPLITS: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    EVEN: tl.constexpr,
-):
+def _split_apply(X, Y, P, row0, M, N, stride, span, splits, pstride, eps, SPLITS: tl.constexpr,
+                 BLOCK_N: tl.constexpr, EVEN: tl.constexpr):
     """Pass 2: combine the row's partials, then write this span. Programs run in reverse order of pass 1,
     so the spans read last (still in L2) are read again first."""
     s = tl.num_programs(0) - 1 - tl.program_id(0)
@@ -178,7 +143,8 @@ def _split_apply(
     rmask = rows < M
     a, b = _combine(P, g, N, span, splits, pstride, eps, SPLITS)
     lo = s * span
-    _apply(X, Y, rows.to(tl.int64) * stride, rows, rmask, lo, tl.minimum(lo + span, N), a, b, 1, BLOCK_N, True, EVEN)
+    _apply(X, Y, rows.to(tl.int64) * stride, rows, rmask, lo, tl.minimum(lo + span, N), a, b, 1, BLOCK_N,
+           True, EVEN)
 
 
 @functools.lru_cache(maxsize=None)
@@ -237,53 +203,18 @@ class ModelNew(nn.Module):
             for row0 in range(0, m, rows):  # rows: the launch group (all rows unless grouped to fit L2)
                 g = min(rows, m - row0)
                 _split_stats[(splits, g)](
-                    x2,
-                    y,
-                    ws,
-                    row0,
-                    m,
-                    n,
-                    x2.stride(0),
-                    span,
-                    splits,
-                    rows * splits,
-                    BLOCK_N=block_n,
-                    EVEN=n % block_n == 0,
-                    num_warps=_warps(block_n),
-                    num_stages=_NUM_STAGES,
+                    x2, y, ws, row0, m, n, x2.stride(0), span, splits, rows * splits,
+                    BLOCK_N=block_n, EVEN=n % block_n == 0, num_warps=_warps(block_n), num_stages=_NUM_STAGES,
                 )
                 _split_apply[(splits, g)](
-                    x2,
-                    y,
-                    ws,
-                    row0,
-                    m,
-                    n,
-                    x2.stride(0),
-                    span,
-                    splits,
-                    rows * splits,
-                    eps,
-                    SPLITS=triton.next_power_of_2(splits),
-                    BLOCK_N=block_n,
-                    EVEN=n % block_n == 0,
-                    num_warps=_warps(block_n),
-                    num_stages=_NUM_STAGES,
+                    x2, y, ws, row0, m, n, x2.stride(0), span, splits, rows * splits, eps,
+                    SPLITS=triton.next_power_of_2(splits), BLOCK_N=block_n, EVEN=n % block_n == 0,
+                    num_warps=_warps(block_n), num_stages=_NUM_STAGES,
                 )
         else:
             row_blocks = triton.cdiv(m, rows)
             _kernel[(_programs(row_blocks, x2.device),)](
-                x2,
-                y,
-                m,
-                n,
-                x2.stride(0),
-                eps,
-                ROWS=rows,
-                BLOCK_N=block_n,
-                SINGLE=path == "single",
-                EVEN=n % block_n == 0,
-                num_warps=_warps(rows * block_n),
-                num_stages=_NUM_STAGES,
+                x2, y, m, n, x2.stride(0), eps, ROWS=rows, BLOCK_N=block_n, SINGLE=path == "single",
+                EVEN=n % block_n == 0, num_warps=_warps(rows * block_n), num_stages=_NUM_STAGES,
             )
         return y.reshape(x.shape)

@@ -47,77 +47,22 @@ def _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
 
 
 @triton.jit
-def _mainloop(
-    X,
-    W,
-    XD,
-    WD,
-    pid_m,
-    pid_n,
-    k_lo,
-    k_hi,
-    M,
-    N,
-    K,
-    stride_xm,
-    stride_xk,
-    stride_wn,
-    stride_wk,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    EVEN_K: tl.constexpr,
-    UPCAST: tl.constexpr,
-    TMA: tl.constexpr,
-):
+def _mainloop(X, W, XD, WD, pid_m, pid_n, k_lo, k_hi, M, N, K, stride_xm, stride_xk, stride_wn, stride_wk,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
+              UPCAST: tl.constexpr, TMA: tl.constexpr):
     """fp32 accumulator of one (BLOCK_M, BLOCK_N) tile over K steps [k_lo, k_hi)."""
     if TMA:
         acc = _loop_tma(XD, WD, pid_m, pid_n, k_lo, k_hi, BLOCK_M, BLOCK_N, BLOCK_K, UPCAST)
     else:
-        acc = _loop_ptr(
-            X,
-            W,
-            pid_m,
-            pid_n,
-            k_lo,
-            k_hi,
-            M,
-            N,
-            K,
-            stride_xm,
-            stride_xk,
-            stride_wn,
-            stride_wk,
-            BLOCK_M,
-            BLOCK_N,
-            BLOCK_K,
-            EVEN_K,
-            UPCAST,
-        )
+        acc = _loop_ptr(X, W, pid_m, pid_n, k_lo, k_hi, M, N, K, stride_xm, stride_xk, stride_wn, stride_wk,
+                        BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, UPCAST)
     return acc
 
 
 @triton.jit
-def _loop_ptr(
-    X,
-    W,
-    pid_m,
-    pid_n,
-    k_lo,
-    k_hi,
-    M,
-    N,
-    K,
-    stride_xm,
-    stride_xk,
-    stride_wn,
-    stride_wk,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    EVEN_K: tl.constexpr,
-    UPCAST: tl.constexpr,
-):
+def _loop_ptr(X, W, pid_m, pid_n, k_lo, k_hi, M, N, K, stride_xm, stride_xk, stride_wn, stride_wk,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
+              UPCAST: tl.constexpr):
     # Rows and columns past the end wrap around (always in bounds, never stored): no masks on M and N.
     rm = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
     rn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
@@ -143,18 +88,8 @@ def _loop_ptr(
 
 
 @triton.jit
-def _loop_tma(
-    XD,
-    WD,
-    pid_m,
-    pid_n,
-    k_lo,
-    k_hi,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    UPCAST: tl.constexpr,
-):
+def _loop_tma(XD, WD, pid_m, pid_n, k_lo, k_hi, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+              BLOCK_K: tl.constexpr, UPCAST: tl.constexpr):
     # Descriptors zero-fill rows, columns and K steps out of bounds: no masks at all.
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(k_lo, k_hi, BLOCK_K):
@@ -168,32 +103,9 @@ def _loop_tma(
 
 
 @triton.jit
-def _matmul(
-    X,
-    W,
-    XD,
-    WD,
-    BIAS,
-    Y,
-    WS,
-    M,
-    N,
-    K,
-    stride_xm,
-    stride_xk,
-    stride_wn,
-    stride_wk,
-    stride_ym,
-    k_per_split,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr,
-    SPLIT: tl.constexpr,
-    EVEN_K: tl.constexpr,
-    UPCAST: tl.constexpr,
-    TMA: tl.constexpr,
-):
+def _matmul(X, W, XD, WD, BIAS, Y, WS, M, N, K, stride_xm, stride_xk, stride_wn, stride_wk, stride_ym, k_per_split,
+            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+            SPLIT: tl.constexpr, EVEN_K: tl.constexpr, UPCAST: tl.constexpr, TMA: tl.constexpr):
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     k_lo = tl.program_id(1) * k_per_split
@@ -201,36 +113,14 @@ def _matmul(
     # Persistent grid: about one program per SM walks the tiles in grouped order.
     for tile in range(tl.program_id(0), num_pid_m * num_pid_n, tl.num_programs(0)):
         pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
-        acc = _mainloop(
-            X,
-            W,
-            XD,
-            WD,
-            pid_m,
-            pid_n,
-            k_lo,
-            k_hi,
-            M,
-            N,
-            K,
-            stride_xm,
-            stride_xk,
-            stride_wn,
-            stride_wk,
-            BLOCK_M,
-            BLOCK_N,
-            BLOCK_K,
-            EVEN_K,
-            UPCAST,
-            TMA,
-        )
+        acc = _mainloop(X, W, XD, WD, pid_m, pid_n, k_lo, k_hi, M, N, K, stride_xm, stride_xk, stride_wn,
+                        stride_wk, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, UPCAST, TMA)
         _finish_tile(acc, pid_m, pid_n, BIAS, Y, WS, M, N, stride_ym, BLOCK_M, BLOCK_N, SPLIT)
 
 
 @triton.jit
-def _finish_tile(
-    acc, pid_m, pid_n, BIAS, Y, WS, M, N, stride_ym, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr
-):
+def _finish_tile(acc, pid_m, pid_n, BIAS, Y, WS, M, N, stride_ym, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 SPLIT: tl.constexpr):
     _epilogue(acc, pid_m, pid_n, BIAS, Y, M, N, stride_ym, BLOCK_M, BLOCK_N)
 
 
@@ -263,12 +153,10 @@ def _fit_pipeline(block_m: int, block_n: int, block_k: int, itemsize: int, devic
 def _descriptors(x2: torch.Tensor, w: torch.Tensor, block_m: int, block_n: int, block_k: int):
     """Tensor descriptors for x and the weight where TMA can read them (16-byte aligned base and strides,
     unit inner stride), else (None, None) and the kernel uses pointer loads."""
-
     def ok(t: torch.Tensor) -> bool:
         size = t.element_size()
-        return (
-            t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and (t.stride(0) * size) % 16 == 0 and t.shape[-1] * size >= 16
-        )
+        return (t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and (t.stride(0) * size) % 16 == 0
+                and t.shape[-1] * size >= 16)
 
     if not (ok(x2) and ok(w)):
         return None, None
@@ -304,31 +192,10 @@ class ModelNew(nn.Module):
         tiles = triton.cdiv(m, block_m) * triton.cdiv(n, block_n)
         grid = (min(tiles, _device_facts(x2.device)[0]), split)
         _matmul[grid](
-            x2,
-            w,
-            xd if xd is not None else x2,
-            wd if wd is not None else w,
-            bias,
-            y,
-            ws,
-            m,
-            n,
-            k,
-            x2.stride(0),
-            x2.stride(1),
-            stride_wn,
-            stride_wk,
-            y.stride(0),
-            k_per_split,
-            BLOCK_M=block_m,
-            BLOCK_N=block_n,
-            BLOCK_K=block_k,
-            GROUP_M=8,
-            SPLIT=split,
-            EVEN_K=k % block_k == 0,
-            UPCAST=_INTERPRETED and x2.dtype != torch.float32,
-            TMA=xd is not None and True,
-            num_warps=8,
-            num_stages=stages,
+            x2, w, xd if xd is not None else x2, wd if wd is not None else w, bias, y, ws, m, n, k,
+            x2.stride(0), x2.stride(1), stride_wn, stride_wk, y.stride(0), k_per_split,
+            BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=8, SPLIT=split,
+            EVEN_K=k % block_k == 0, UPCAST=_INTERPRETED and x2.dtype != torch.float32, TMA=xd is not None and True,
+            num_warps=8, num_stages=stages,
         )
         return y.reshape(x.shape[:-1] + (n,))

@@ -56,15 +56,6 @@ class ModelNew(nn.Module):
         y = torch.empty_like(a2)
         if tiles:
             _kernel[(_programs(tiles, a2.device),)](
-                a2,
-                b2,
-                y,
-                m,
-                n,
-                tiles,
-                tiles_n,
-                BLOCK_M=block_m,
-                BLOCK_N=block_n,
-                num_warps=4,
+                a2, b2, y, m, n, tiles, tiles_n, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=4,
             )
         return y.reshape(a.shape)
