@@ -91,8 +91,9 @@ ALLOWED_OPS = frozenset(
 
 
 # The small PyTorch epilogue a candidate may keep (issue 17): reducing its own Triton outputs to a
-# scalar or to per-row values. See ComputeWatch.epilogue_ok for what "its own" and "small" mean.
-EPILOGUE_OPS = frozenset({"sum", "mean", "div", "div_"})
+# scalar or to per-row values, and the square root of such a result (a norm's one-element total).
+# See ComputeWatch.epilogue_ok for what "its own" and "small" mean.
+EPILOGUE_OPS = frozenset({"sum", "mean", "div", "div_", "sqrt", "sqrt_"})
 EPILOGUE_FRACTION = 8  # an epilogue reduces at most 1/8 of the largest input's elements (or one per row)
 COPY_OPS = frozenset({"clone", "contiguous", "_to_copy", "_copy_from", "_copy_from_and_resize", "lift_fresh_copy"})
 

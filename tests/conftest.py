@@ -22,7 +22,20 @@ os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 import pytest  # noqa: E402
 
 
+SLOW_TESTS = os.path.join(os.path.dirname(__file__), "slow_tests.txt")
+
+
+def _slow_ids() -> set[str]:
+    with open(SLOW_TESTS) as f:
+        return {line.strip() for line in f if line.strip() and not line.startswith("#")}
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m "not slow"` deselects by marker
 def pytest_collection_modifyitems(config, items):
+    slow = _slow_ids()
+    for item in items:
+        if item.nodeid in slow:
+            item.add_marker(pytest.mark.slow)
     if _HAS_CUDA:
         return
     skip = pytest.mark.skip(reason="needs a CUDA device")

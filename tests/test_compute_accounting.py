@@ -12,6 +12,7 @@ from evaluation.protocol import ProfiledKernel
 from evaluation.records import Stage, Status
 
 FIXTURES = Path(__file__).parent / "eval_fixtures"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def K(name, ops=(), replay=False):
@@ -72,6 +73,25 @@ def test_a_mean_of_the_candidates_own_triton_losses_passes_and_is_labelled():
     result = evaluate((FIXTURES / "ce_mean_epilogue.py").read_text(), info, device="cpu", trials=1)
     assert result.status is Status.passed, result.message
     assert result.torch_epilogue == ("mean",) and result.hybrid_ops == ()
+
+
+def test_the_square_root_of_a_one_element_triton_total_is_a_labelled_epilogue(tmp_path):
+    norm = tmp_path / "frobenius.py"
+    norm.write_text(
+        "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
+        "        return x / torch.norm(x, p='fro')\nrows = 64\ncols = 48\n"
+        "def get_inputs():\n    return [torch.randn(rows, cols)]\ndef get_init_inputs():\n    return []\n"
+    )
+    kernel = (ROOT / "tests" / "data" / "llm_kernels" / "kernels" / "frobenius_torch_sqrt_epilogue.py").read_text()
+    info = load_problem(str(norm), "cpu")
+    result = evaluate(kernel, info, device="cpu", trials=1)
+    assert result.status is Status.passed, result.message
+    assert result.torch_epilogue == ("sqrt",)
+    # the same square root over the input itself is PyTorch doing the work
+    cheat = kernel.replace("norm = torch.sqrt(total)", "torch.sqrt(x)\n        norm = torch.sqrt(total)")
+    refused = evaluate(cheat, info, device="cpu", trials=1)
+    assert (refused.status, refused.error_class) == (Status.rejected, "TorchCompute")
+    assert refused.message.endswith("aten.sqrt.default x1")
 
 
 def test_a_problem_may_leave_the_convolution_to_pytorch_and_the_kernel_is_a_hybrid():
