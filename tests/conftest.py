@@ -21,7 +21,6 @@ os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 
 import pytest  # noqa: E402
 
-
 SLOW_TESTS = os.path.join(os.path.dirname(__file__), "slow_tests.txt")
 
 
