@@ -36,7 +36,7 @@ CHEATS = Path(__file__).parent / "adversarial"
 ROOT = Path(__file__).resolve().parent.parent
 SANDBOX = probe_sandbox("cpu")
 S, ST = Status, Stage
-Verdict = tuple  # (Status, Stage | None, error_class | None); None: any
+Verdict = tuple  # (Status, Stage | None, error_class | None | a tuple of accepted classes); None: any
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,9 @@ CASES: dict[str, Cheat] = {
     # wrong answers
     "cheat_zeros": Cheat((S.incorrect, ST.correctness, "ValueMismatch")),
     "cheat_constant": Cheat((S.incorrect, ST.correctness, "ValueMismatch"), slow=True),
-    "cheat_partial_write": Cheat((S.incorrect, ST.correctness, "NonFinite")),
+    # the unwritten half reads NaN where the poisoned memory is reused (NonFinite) and zeros where glibc
+    # serves a fresh mapping (ValueMismatch): CPU poisoning is best effort, the refusal is not
+    "cheat_partial_write": Cheat((S.incorrect, ST.correctness, ("NonFinite", "ValueMismatch"))),
     "cheat_caches_first_answer": Cheat((S.incorrect, ST.correctness, "ValueMismatch")),
     "cheat_fixed_width": Cheat((S.incorrect, ST.correctness, None)),
     "cheat_mutates_input": Cheat((S.rejected, ST.correctness, "MutatedInput")),
@@ -231,7 +233,9 @@ def _run(stem: str, cheat: Cheat, world, monkeypatch, *, sandbox: str = "auto"):
 def _assert_verdict(result, verdict: Verdict) -> None:
     status, stage, error_class = verdict
     assert (result.status, result.failed_stage) == (status, stage), result.message
-    if error_class is not None:
+    if isinstance(error_class, tuple):
+        assert result.error_class in error_class, result.message
+    elif error_class is not None:
         assert result.error_class == error_class, result.message
     if status is not Status.passed:
         assert result.message
