@@ -35,6 +35,10 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.nodeid in slow:
             item.add_marker(pytest.mark.slow)
+    whole_suite = [os.path.abspath(a) for a in config.args] == [os.path.dirname(os.path.abspath(__file__))]
+    stale = sorted(slow - {item.nodeid for item in items})
+    if whole_suite and stale:  # a renamed or removed test would silently lose its slow mark
+        raise pytest.UsageError(f"tests/slow_tests.txt names tests that do not exist: {', '.join(stale)}")
     if _HAS_CUDA:
         return
     skip = pytest.mark.skip(reason="needs a CUDA device")
