@@ -75,15 +75,9 @@ def test_a_mean_of_the_candidates_own_triton_losses_passes_and_is_labelled():
     assert result.torch_epilogue == ("mean",) and result.hybrid_ops == ()
 
 
-def test_the_square_root_of_a_one_element_triton_total_is_a_labelled_epilogue(tmp_path):
-    norm = tmp_path / "frobenius.py"
-    norm.write_text(
-        "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
-        "        return x / torch.norm(x, p='fro')\nrows = 64\ncols = 48\n"
-        "def get_inputs():\n    return [torch.randn(rows, cols)]\ndef get_init_inputs():\n    return []\n"
-    )
+def test_the_square_root_of_a_one_element_triton_total_is_a_labelled_epilogue():
     kernel = (ROOT / "tests" / "data" / "llm_kernels" / "kernels" / "frobenius_torch_sqrt_epilogue.py").read_text()
-    info = load_problem(str(norm), "cpu")
+    info = load_problem(str(FIXTURES / "frobenius.py"), "cpu")
     result = evaluate(kernel, info, device="cpu", trials=1)
     assert result.status is Status.passed, result.message
     assert result.torch_epilogue == ("sqrt",)

@@ -223,26 +223,6 @@ def test_a_judgement_that_runs_out_of_device_memory_is_redone_on_the_host(monkey
     assert bad.status is Status.incorrect  # the host judgement is a real one
 
 
-ROWMAX = """import torch
-
-
-class Model(torch.nn.Module):
-    def forward(self, x):
-        return torch.amax(x, dim=1)
-
-
-rows = 64
-cols = 32
-
-
-def get_inputs():
-    return [torch.rand(rows, cols)]
-
-
-def get_init_inputs():
-    return []
-"""
-
 ROWMAX_TRITON = """import torch
 import torch.nn as nn
 import triton
@@ -266,12 +246,10 @@ class ModelNew(nn.Module):
 """
 
 
-def test_a_running_max_that_starts_at_zero_is_refused_on_negated_inputs_the_problem_never_draws(tmp_path):
+def test_a_running_max_that_starts_at_zero_is_refused_on_negated_inputs_the_problem_never_draws():
     # torch.rand inputs are never negative, and scaling keeps their sign: only the negated stress
     # trial shows that max(row, 0) is not max(row).
-    path = tmp_path / "rowmax.py"
-    path.write_text(ROWMAX)
-    info = load_problem(str(path), "cpu")
+    info = load_problem(str(FIXTURES / "rowmax_rand.py"), "cpu")
     honest = evaluate(ROWMAX_TRITON.replace("FINISH", "tl.max(v, axis=0)"), info, device="cpu", trials=1)
     assert honest.status is Status.passed, honest.message
     assert all(r.trials == 2 for r in honest.shape_results)  # the random trial, then the negated one
