@@ -17,8 +17,13 @@ CHEATS = Path(__file__).parent / "adversarial"
 
 @pytest.fixture(scope="module")
 def small_layernorm():
-    # Every declared cuda width, 256 rows: the whole cascade in seconds rather than minutes.
-    return load_problem("layernorm", "cuda", {"M": 256})
+    """Every declared cuda width up to the edge cases', 256 rows: the whole cascade in seconds. The
+    few-long-rows case (16 rows of 4M) is left out: with M=256 it would be 1G elements a tensor, and
+    the one-block-per-row cheats cannot even compile a 4M-wide block."""
+    info = load_problem("layernorm", "cuda", {"M": 256})
+    cases = tuple(c for c in info.shape_cases if "long_rows" not in c.tags)
+    assert len(cases) < len(info.shape_cases) and max(c.params["N"] for c in cases) <= 16384
+    return info.model_copy(update={"shape_cases": cases})
 
 
 def test_seed_on_cuda_is_timed_against_eager_and_compile_with_the_copy_ceiling(small_layernorm, kscout_home):
@@ -166,8 +171,8 @@ def test_the_profiler_sees_pytorch_work_the_dispatch_watch_was_blinded_to(small_
     assert "profiler" in result.message
 
 
-def test_an_honest_seed_runs_only_its_own_triton_kernels_and_a_hybrid_is_labelled():
-    seed = evaluate(SEED, load_problem("layernorm", "cuda", {"M": 256}), device="cuda", trials=1, time_it=False)
+def test_an_honest_seed_runs_only_its_own_triton_kernels_and_a_hybrid_is_labelled(small_layernorm):
+    seed = evaluate(SEED, small_layernorm, device="cuda", trials=1, time_it=False)
     assert seed.passed and seed.hybrid_ops == () and seed.torch_epilogue == ()
     fixtures = Path(__file__).parent / "eval_fixtures"
     hybrid = evaluate(
