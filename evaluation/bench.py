@@ -5,6 +5,11 @@ torch.compile), then timed once more in a second, separate process, so the table
 run-to-run difference of the p50 next to the spread each run reports: a speedup smaller than that
 difference is noise. The CSV is tidy, one measurement per row (kernel, provider, metric, unit, shape,
 dtype, p20/p50/p80, GPU, timestamp, versions). On the CPU it still runs, correctness only.
+
+`python -m evaluation.bench --transport MB`: how fast a judged output crosses from a worker to the
+parent (framed, MAC'd, mapped without a copy), against a bare pipe moving the same bytes between the
+same two processes in the same run. Large outputs cross once per trial, so at KernelBench sizes this
+rate bounds how many evaluations an hour a GPU can judge.
 """
 
 from __future__ import annotations
@@ -201,6 +206,72 @@ def _logged(info, run, call):
     return result
 
 
+def _send_outputs(fd: int, key: bytes, numel: int, reps: int, framed: bool) -> None:
+    """The worker's side: `reps` float32 outputs of `numel`, framed as the worker sends them, or raw."""
+    import os
+
+    import torch
+
+    from evaluation import protocol
+
+    out = torch.randn(numel)
+    for i in range(reps):
+        if framed:
+            parts, strides = protocol.package_parts(out)
+            message = protocol.Outputs(index=0, phase="trial", trial=i, strides=strides)
+            protocol.write_frame(fd, key, i, message, parts)
+        else:
+            protocol.write_all(fd, out.numpy())
+    os.close(fd)
+
+
+def transport(mb: int, reps: int = 4) -> dict[str, float]:
+    """GB/s of the output transport and of a bare pipe between the same two processes (see __doc__)."""
+    import multiprocessing
+    import os
+    import select
+    import time
+
+    from evaluation import protocol
+    from evaluation.isolation import _widen
+
+    numel = mb * (1 << 20) // 4
+    rates = {}
+    for framed in (False, True, False, True):  # interleaved: a drift of the machine hits both
+        key = os.urandom(32)
+        r, w = os.pipe()
+        _widen(r)
+        proc = multiprocessing.get_context("fork").Process(target=_send_outputs, args=(w, key, numel, reps, framed))
+        proc.start()
+        os.close(w)
+        select.select([r], [], [])  # the clock starts when the first byte is ready, not at the child's start
+        t0 = time.perf_counter()
+        got = 0
+        if framed:
+            reader = protocol.FrameReader(key)
+            while reader.read_from(r):
+                for _message, blob in reader.frames():
+                    got += protocol.unpackage(blob)["items"][0].numel()
+        else:
+            buf = memoryview(bytearray(numel * 4))
+            while True:
+                filled = 0
+                while filled < len(buf) and (n := os.readv(r, [buf[filled:]])):
+                    filled += n
+                if not filled:
+                    break
+                got += filled // 4
+        seconds = time.perf_counter() - t0
+        proc.join()
+        os.close(r)
+        if got != numel * reps:
+            raise RuntimeError(f"transport bench lost data: {got} of {numel * reps} values")
+        name = "framed" if framed else "bare_pipe"
+        rates[name] = max(rates.get(name, 0.0), numel * 4 * reps / seconds / 1e9)
+    rates["ratio"] = rates["framed"] / rates["bare_pipe"]
+    return rates
+
+
 def main(argv: list[str] | None = None) -> int:
     from evaluation.fingerprint import resolve_device
     from evaluation.harness import evaluate, time_many
@@ -210,7 +281,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="write the tidy CSV here")
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     parser.add_argument("--trials", type=int, default=1, help="correctness trials per case (timing needs one pass)")
+    parser.add_argument("--transport", type=int, metavar="MB", help="time the worker->parent output transport")
     args = parser.parse_args(argv)
+    if args.transport:
+        rates = transport(args.transport)
+        print(
+            f"outputs of {args.transport} MB, 4 a run, best of 2 runs each: framed {rates['framed']:.2f} GB/s, "
+            f"bare pipe {rates['bare_pipe']:.2f} GB/s, ratio {rates['ratio']:.2f}"
+        )
+        return 0
     dev = resolve_device(args.device)
     problems = [p for p in list_problems(dev) if p.seed_path]
     if args.problems:

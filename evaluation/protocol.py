@@ -20,17 +20,23 @@ status itself, and exited: the parent believed it. Now:
 - Models are pydantic with `extra="forbid"` on both sides: a field nobody reads does not exist.
 
 Frame: b"KSW1" | u32 header length | u64 blob length | header (JSON) | blob | 32-byte MAC.
+
+Outputs blob: b"KSO1" | u64 table length | table (JSON: kind, types, per item a tensor's dtype,
+shape, offset and size, or a scalar) | each tensor's bytes, 64-byte aligned. Nothing is unpickled:
+the parent maps the tensors onto the bytes it read (`unpackage`), after checking every entry against
+the blob. A large output is written slice by slice and read straight into its final buffer, each
+slice MAC'd as it passes (measured with `python -m evaluation.bench --transport MB`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-import io
 import json
 import os
 import struct
-from typing import Any, Literal, Optional, Union
+import warnings
+from typing import Any, Literal, Optional, Sequence, Union
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 
@@ -38,6 +44,7 @@ from evaluation.emulation import EmulationReport
 from evaluation.records import WeightBinding
 
 MAGIC = b"KSW1"
+Buffers = Union[bytes, bytearray, memoryview, list, tuple]  # one blob, or its parts in order
 _HEAD = struct.Struct("<4sIQ")
 MAC_BYTES = 32
 MAX_HEADER_BYTES = 16 << 20
@@ -137,7 +144,7 @@ class NextCase(Wire):
 
 
 class Outputs(Wire):
-    """Header of one judged forward; the blob is the packaged outputs (torch.save of plain tensors)."""
+    """Header of one judged forward; the blob is the packaged outputs (`package_parts`)."""
 
     kind: Literal["outputs"] = "outputs"
     index: int  # case
@@ -249,24 +256,50 @@ def new_key() -> bytes:
     return os.urandom(32)
 
 
-def _mac(key: bytes, seq: int, header: bytes, blob: bytes) -> bytes:
+def _mac_start(key: bytes, seq: int, header: bytes, blob_len: int):
     m = hmac.new(key, digestmod=hashlib.sha256)
     m.update(struct.pack("<Q", seq))
-    m.update(struct.pack("<IQ", len(header), len(blob)))
+    m.update(struct.pack("<IQ", len(header), blob_len))
     m.update(header)
+    return m
+
+
+def _mac(key: bytes, seq: int, header: bytes, blob: Any) -> bytes:
+    """HMAC-SHA256(key, sequence number, lengths, header, blob): what ends every frame."""
+    m = _mac_start(key, seq, header, memoryview(blob).nbytes)
     m.update(blob)
     return m.digest()
 
 
 def encode(key: bytes, seq: int, message: Wire, blob: bytes = b"") -> bytes:
+    """One whole frame as bytes (small frames; `write_frame` streams big blobs without joining them)."""
     header = message.model_dump_json().encode()
     return _HEAD.pack(MAGIC, len(header), len(blob)) + header + blob + _mac(key, seq, header, blob)
 
 
-def write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
+_SLICE = 1 << 20
+
+
+def write_frame(fd: int, key: bytes, seq: int, message: Wire, parts: Sequence[Any] = ()) -> None:
+    """The frame `encode` would build, written piece by piece: a blob of several hundred MB is never
+    joined into one bytes object, and each slice is MAC'd just before it is written, so the MAC of one
+    slice overlaps the parent's reading of the one before."""
+    header = message.model_dump_json().encode()
+    views = [memoryview(p).cast("B") for p in parts]
+    m = _mac_start(key, seq, header, sum(len(v) for v in views))
+    write_all(fd, _HEAD.pack(MAGIC, len(header), sum(len(v) for v in views)) + header)
+    for view in views:
+        for at in range(0, len(view), _SLICE):
+            piece = view[at : at + _SLICE]
+            m.update(piece)
+            write_all(fd, piece)
+    write_all(fd, m.digest())
+
+
+def write_all(fd: int, data: Any) -> None:
+    view = memoryview(data).cast("B")
     while view:
-        n = os.write(fd, view[: 1 << 20])
+        n = os.write(fd, view[:_SLICE])
         view = view[n:]
 
 
@@ -285,38 +318,101 @@ def read_exact(fd: int, n: int) -> bytes | None:
 
 
 class FrameReader:
-    """Incremental parser for the parent: feed bytes as they arrive, take out verified frames."""
+    """Incremental parser for the parent: bytes in (`feed`, or `read_from` a pipe), verified frames out.
+
+    A frame's blob is allocated once at its declared size (uninitialised) and filled in place:
+    `read_from` reads the pipe straight into it and the MAC is updated as each piece lands, so a large
+    output is copied once, from the pipe, and never joined, sliced or unpickled."""
 
     def __init__(self, key: bytes):
-        self.key, self.seq, self.buf = key, 0, bytearray()
+        self.key, self.seq = key, 0
+        self._small = bytearray()  # the head, then the header, then the MAC, as each is collected
+        self._hlen = self._blen = 0
+        self._header: bytes | None = None  # set while the blob and the MAC are read
+        self._blob: Any = None  # a uint8 numpy array of the declared length
+        self._filled = 0
+        self._mac: Any = None
+        self._done: list[tuple[Message, Any]] = []
 
-    def feed(self, data: bytes) -> None:
-        self.buf += data
+    def _in_blob(self) -> bool:
+        return self._header is not None and self._filled < self._blen
 
-    def frames(self) -> list[tuple[Message, bytes]]:
-        out = []
-        while len(self.buf) >= _HEAD.size:
-            magic, hlen, blen = _HEAD.unpack_from(self.buf)
-            if magic != MAGIC or hlen > MAX_HEADER_BYTES or blen > MAX_BLOB_BYTES:
-                raise ProtocolError("a frame without the worker's framing")
-            total = _HEAD.size + hlen + blen + MAC_BYTES
-            if len(self.buf) < total:
-                break
-            header = bytes(self.buf[_HEAD.size : _HEAD.size + hlen])
-            blob = bytes(self.buf[_HEAD.size + hlen : _HEAD.size + hlen + blen])
-            mac = bytes(self.buf[total - MAC_BYTES : total])
-            del self.buf[:total]
-            if not hmac.compare_digest(mac, _mac(self.key, self.seq, header, blob)):
+    def _want(self) -> int:
+        """Bytes still missing from the part of the frame being read (head, header, blob or MAC)."""
+        if self._header is None:
+            return (_HEAD.size + (self._hlen if len(self._small) >= _HEAD.size else 0)) - len(self._small)
+        if self._in_blob():
+            return self._blen - self._filled
+        return MAC_BYTES - len(self._small)
+
+    def _landed(self, n: int) -> None:
+        """`n` more blob bytes are in place: MAC them now, while the worker writes the next ones."""
+        self._mac.update(memoryview(self._blob)[self._filled : self._filled + n])
+        self._filled += n
+
+    def _advance(self) -> None:
+        """Close the part of the frame that is complete, if it is."""
+        if self._header is None:
+            if len(self._small) == _HEAD.size and not self._hlen:
+                magic, hlen, blen = _HEAD.unpack_from(self._small)
+                if magic != MAGIC or hlen > MAX_HEADER_BYTES or blen > MAX_BLOB_BYTES:
+                    raise ProtocolError("a frame without the worker's framing")
+                self._hlen, self._blen = hlen, blen
+            if len(self._small) == _HEAD.size + self._hlen:
+                import numpy
+
+                self._header = bytes(self._small[_HEAD.size :])
+                self._small.clear()
+                self._blob, self._filled = numpy.empty(self._blen, dtype=numpy.uint8), 0
+                self._mac = _mac_start(self.key, self.seq, self._header, self._blen)
+            return
+        if len(self._small) == MAC_BYTES:
+            header, blob, mac = self._header, self._blob, bytes(self._small)
+            ok = hmac.compare_digest(mac, self._mac.digest())
+            self._small.clear()
+            self._header, self._blob, self._mac, self._hlen, self._blen = None, None, None, 0, 0
+            if not ok:
                 raise ProtocolError(f"frame {self.seq} is not MAC'd with this worker's key")
             self.seq += 1
             try:
-                out.append((_MESSAGE.validate_json(header), blob))
+                self._done.append((_MESSAGE.validate_json(header), blob))
             except ValueError as exc:  # MAC'd by the worker, so a harness bug rather than a forgery
                 raise ProtocolError(f"frame {self.seq - 1} does not parse: {exc}") from None
+
+    def feed(self, data: Any) -> None:
+        view = memoryview(data).cast("B")
+        while view:
+            take = min(self._want(), len(view))
+            if self._in_blob():
+                self._blob[self._filled : self._filled + take] = view[:take]
+                self._landed(take)
+            else:
+                self._small += view[:take]
+                self._advance()
+            view = view[take:]
+
+    def read_from(self, fd: int, most: int = 1 << 20) -> int:
+        """One read from `fd` (into the blob being filled, where one is); 0 at the end of the stream."""
+        if self._in_blob():
+            n = os.readv(
+                fd, [memoryview(self._blob)[self._filled : self._filled + min(self._blen - self._filled, most)]]
+            )
+            self._landed(n)
+            return n
+        chunk = os.read(fd, min(most, self._want()) if self._header is None else most)
+        self.feed(chunk)
+        return len(chunk)
+
+    def frames(self) -> list[tuple[Message, Any]]:
+        """The frames completed since the last call: (message, blob as a uint8 buffer)."""
+        out, self._done = self._done, []
         return out
 
     def pending(self) -> int:
-        return len(self.buf)
+        """Bytes of a frame begun and not finished."""
+        if self._header is None:
+            return len(self._small)
+        return _HEAD.size + len(self._header) + self._filled + len(self._small)
 
 
 class WorkerChannel:
@@ -347,8 +443,9 @@ class WorkerChannel:
         read_exact(self.in_fd, MAC_BYTES)
         return command
 
-    def send(self, message: Wire, blob: bytes = b"") -> None:
-        write_all(self.out_fd, encode(self.key, self.seq, message, blob))
+    def send(self, message: Wire, blob: Buffers = b"") -> None:
+        parts = [blob] if isinstance(blob, (bytes, bytearray, memoryview)) else list(blob)
+        write_frame(self.out_fd, self.key, self.seq, message, parts)
         self.seq += 1
 
 
@@ -373,27 +470,125 @@ def package(value: Any) -> dict[str, Any]:
     return {"kind": "other", "items": [item(value)], "types": [type(value).__name__]}
 
 
-def package_bytes(value: Any) -> tuple[bytes, list[Optional[list[int]]]]:
-    """`package(value)` saved with torch.save, and each tensor's strides as the candidate returned it
-    (a copy to the host may not keep them)."""
+OUTPUTS_FORMAT = b"KSO1"  # a blob of outputs: format, u64 table length, table (JSON), raw tensor bytes
+_ALIGN = 64
+# What an output tensor may be: the dtypes a problem can produce, by name; nothing here unpickles.
+_RAW_DTYPES = (
+    "float64", "float32", "float16", "bfloat16", "complex64", "complex128",
+    "int64", "int32", "int16", "int8", "uint8", "bool",
+)  # fmt: skip
+
+
+class _RawTensor(Wire):
+    dtype: str  # one of _RAW_DTYPES
+    shape: list[int]
+    offset: int  # from the start of the tensor data (after the padded table); a multiple of 64
+    nbytes: int
+
+
+class _RawScalar(Wire):
+    model_config = ConfigDict(extra="forbid", frozen=True, ser_json_inf_nan="constants")
+
+    value: Union[bool, int, float]
+
+
+class _OutputsTable(Wire):
+    model_config = ConfigDict(extra="forbid", frozen=True, ser_json_inf_nan="constants")
+
+    kind: Literal["tensor", "sequence", "other"]
+    types: list[str]
+    items: list[Optional[Union[_RawTensor, _RawScalar]]]
+
+
+def _pad(n: int) -> int:
+    return -n % _ALIGN
+
+
+def package_parts(value: Any) -> tuple[list[Any], list[Optional[list[int]]]]:
+    """`package(value)` as buffers to stream, and each tensor's strides as the candidate returned it.
+
+    The blob is a table of contents (JSON) and then each tensor's bytes as they lie in memory, 64-byte
+    aligned: the parent maps them with torch.frombuffer, so a 500 MB output is read from the pipe into
+    its final place and never unpickled or copied again."""
     import torch
 
     items = value if type(value) in (tuple, list) else [value]
-    strides = [list(v.stride()) if type(v) is torch.Tensor else None for v in items]
-    buf = io.BytesIO()
-    torch.save(package(value), buf)
-    return buf.getvalue(), strides
+    strides = [list(v.stride()) if type(v) is torch.Tensor and v.layout == torch.strided else None for v in items]
+    kind: Literal["tensor", "sequence", "other"] = (
+        "tensor" if isinstance(value, torch.Tensor) else "sequence" if type(value) in (tuple, list) else "other"
+    )
+    entries: list[Optional[Union[_RawTensor, _RawScalar]]] = []
+    raws: list[Any] = []
+    offset = 0  # within the tensor data, which starts after the padded table
+    for v in items:
+        if type(v) is torch.Tensor:
+            host = v.detach()
+            if host.layout != torch.strided:
+                host = host.to_dense()
+            host = host.resolve_conj().resolve_neg().contiguous().cpu()
+            name = str(host.dtype).removeprefix("torch.")
+            if name not in _RAW_DTYPES:
+                host, name = host.to(torch.float64), "float64"  # an exotic dtype is judged by its values
+            raw: Any = host.reshape(-1).view(torch.uint8).numpy() if host.numel() else b""
+            nbytes = memoryview(raw).nbytes
+            entries.append(_RawTensor(dtype=name, shape=list(host.shape), offset=offset, nbytes=nbytes))
+            raws.extend([raw, bytes(_pad(nbytes))])
+            offset += nbytes + _pad(nbytes)
+        elif type(v) in (bool, int, float):
+            entries.append(_RawScalar(value=v))
+        else:
+            entries.append(None)
+    table = _OutputsTable(kind=kind, types=[type(v).__name__ for v in items], items=entries).model_dump_json().encode()
+    head = OUTPUTS_FORMAT + struct.pack("<Q", len(table)) + table
+    head += bytes(_pad(len(head)))
+    return [head, *[r for r in raws if memoryview(r).nbytes]], strides
 
 
-def unpackage(blob: bytes) -> Any:
-    """The parent's half: weights_only, so a crafted pickle cannot run code here."""
-    import warnings
+def package_bytes(value: Any) -> tuple[bytes, list[Optional[list[int]]]]:
+    """`package_parts` joined into one bytes object (small outputs, tests)."""
+    parts, strides = package_parts(value)
+    return b"".join(bytes(memoryview(p).cast("B")) for p in parts), strides
 
+
+def unpackage(blob: Any) -> dict[str, Any]:
+    """The parent's half: the same dict `package` gives, its tensors viewing `blob` (no copy, no
+    pickle). A table that does not describe the bytes after it is a ValueError."""
     import torch
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return torch.load(io.BytesIO(blob), weights_only=True, map_location="cpu")
+    view = memoryview(blob).cast("B")
+    if bytes(view[:4]) != OUTPUTS_FORMAT or len(view) < 12:
+        raise ValueError("not an outputs blob")
+    (n,) = struct.unpack_from("<Q", view, 4)
+    if 12 + n > len(view):
+        raise ValueError("outputs table runs past the blob")
+    table = _OutputsTable.model_validate_json(bytes(view[12 : 12 + n]))
+    data_start = 12 + n + _pad(12 + n)
+    items: list[Any] = []
+    for e in table.items:
+        if e is None:
+            items.append(None)
+        elif isinstance(e, _RawScalar):
+            items.append(e.value)
+        else:
+            if e.dtype not in _RAW_DTYPES:
+                raise ValueError(f"an output of dtype {e.dtype!r}")
+            dtype = getattr(torch, e.dtype)
+            numel = 1
+            for d in e.shape:
+                if d < 0:
+                    raise ValueError("negative dimension in an outputs table")
+                numel *= d
+            itemsize = torch.empty((), dtype=dtype).element_size()
+            start = data_start + e.offset
+            if numel * itemsize != e.nbytes or e.offset % _ALIGN or start + e.nbytes > len(view):
+                raise ValueError("an output's bytes do not match its table entry")
+            if numel == 0:
+                items.append(torch.empty(e.shape, dtype=dtype))
+            else:
+                with warnings.catch_warnings():  # a read-only bytes blob (tests): the tensors are never written
+                    warnings.simplefilter("ignore")
+                    items.append(torch.frombuffer(view, dtype=dtype, count=numel, offset=start).reshape(e.shape))
+    return {"kind": table.kind, "items": items, "types": table.types}
 
 
 def request_frame(request: WorkerRequest) -> bytes:

@@ -152,9 +152,9 @@ class Worker:
         return trial_inputs(pm, case.dtype, trial, self.device)
 
     def send_outputs(self, out: Any, case: protocol.CaseSpec, phase: str, trial: int = 0, candidate: str = "") -> None:
-        blob, strides = protocol.package_bytes(out)
+        parts, strides = protocol.package_parts(out)
         self.ch.send(
-            protocol.Outputs(index=case.index, candidate=candidate, phase=phase, trial=trial, strides=strides), blob
+            protocol.Outputs(index=case.index, candidate=candidate, phase=phase, trial=trial, strides=strides), parts
         )
 
     def make_bench(self):
