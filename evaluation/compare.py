@@ -90,52 +90,82 @@ def _compare_one(act: Any, exp: Any, case_dtype: str, tol: Tolerance, k: int, mu
     want = dtype if scalar else case_dtype if exp.is_floating_point() else _dtype_name(exp.dtype)
     if dtype != want:
         return Comparison(False, "DtypeMismatch", f"{where}output dtype {dtype}, expected {want}", **meta)
-    act = act.to(device=exp.device)
+    return _stream(act, exp, tol, k, where, meta, exact=not exp.is_floating_point())
+
+
+CHUNK = 1 << 24  # elements per pass: about 1 GiB of float64 temporaries, whatever the output's size
+
+
+def _stream(act, exp, tol: Tolerance, k: int, where: str, meta: dict, *, exact: bool) -> Comparison:
+    """Both tests over the flattened outputs, CHUNK elements at a time, on the reference's device.
+
+    A 1.6G-element KernelBench output would need ten float64 temporaries of 13 GB each compared in
+    one piece; chunked, the judge needs a few GiB at any size, and the candidate's output moves to
+    the device a chunk at a time. Sums of squares and maxima combine across chunks exactly as over the
+    whole (maxima bit for bit; the norms to rounding)."""
+    dev = exp.device
     numel = exp.numel()
-    if not exp.is_floating_point():
-        ok = act == exp
-        return _verdict(ok, act, exp, tol, k, where, numel, meta, exact=True)
-    a = act.to(torch.float64)
-    diff = (a - exp).abs()
-    both_nan = torch.isnan(a) & torch.isnan(exp)
-    same_inf = torch.isinf(exp) & (a == exp)
-    ok = (diff <= tol.atol + tol.rtol * exp.abs()) | both_nan | same_inf
-    return _verdict(ok, a, exp, tol, k, where, numel, meta, exact=False, diff=diff)
-
-
-def _verdict(ok, a, exp, tol, k, where, numel, meta, *, exact, diff=None) -> Comparison:
-    bad = ~ok
-    count = int(bad.sum().item())
-    first = None
-    if count:
-        flat = int(bad.flatten().nonzero()[0].item())
-        index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), exp.shape)) if exp.dim() else ()
-        first = Mismatch(
-            index=index, expected=float(exp.flatten()[flat]), actual=float(a.flatten()[flat]), output_index=k
-        )
-    max_abs = max_rel = None
-    if diff is not None and numel:
-        finite_ref = torch.isfinite(exp)
-        d = torch.where(finite_ref, diff, torch.zeros_like(diff)).nan_to_num(nan=float("inf"))
-        max_abs = float(d.max().item())
-        max_rel = float((d / (exp.abs().nan_to_num(posinf=0.0) + tol.atol)).max().item())
-    base = dict(
-        max_abs_error=max_abs, max_rel_error=max_rel, mismatch_count=count, numel=numel, first_mismatch=first, **meta
-    )
-    at = f", first at {first.index}: expected {_fmt(first.expected)}, got {_fmt(first.actual)}" if first else ""
-    if count and not exact:
-        nonfinite = int((bad & ~torch.isfinite(a) & torch.isfinite(exp)).sum().item())
-        if nonfinite:
-            return Comparison(
-                False, "NonFinite", f"{where}{nonfinite} NaN/Inf values where the reference is finite{at}", **base
+    flat_a, flat_e = act.reshape(-1), exp.reshape(-1)
+    zero = torch.zeros((), dtype=torch.float64, device=dev)
+    count = torch.zeros((), dtype=torch.int64, device=dev)
+    nonfinite = torch.zeros((), dtype=torch.int64, device=dev)
+    first = torch.full((), numel, dtype=torch.int64, device=dev)
+    max_abs, max_rel, ref_sq, err_sq = zero.clone(), zero.clone(), zero.clone(), zero.clone()
+    for at in range(0, numel, CHUNK):
+        e = flat_e[at : at + CHUNK]
+        a = flat_a[at : at + CHUNK].to(device=dev)
+        if exact:
+            bad = a != e
+        else:
+            a = a.to(torch.float64)
+            diff = (a - e).abs()
+            ok = (
+                (diff <= tol.atol + tol.rtol * e.abs())
+                | (torch.isnan(a) & torch.isnan(e))
+                | (torch.isinf(e) & (a == e))
             )
-    if count:
+            bad = ~ok
+            finite_e = torch.isfinite(e)
+            d = torch.where(finite_e, diff, 0.0).nan_to_num(nan=float("inf"))
+            max_abs = torch.maximum(max_abs, d.max())
+            max_rel = torch.maximum(max_rel, (d / (e.abs().nan_to_num(posinf=0.0) + tol.atol)).max())
+            nonfinite += (bad & ~torch.isfinite(a) & finite_e).sum()
+            fe = torch.where(finite_e, e, 0.0)
+            ref_sq += (fe * fe).sum()
+            err = torch.where(finite_e, a - e, 0.0)
+            err_sq += (err * err).sum()
+        n_bad = bad.sum()
+        count += n_bad
+        here = at + bad.to(torch.uint8).argmax()
+        first = torch.minimum(first, torch.where(n_bad > 0, here, first))
+    n_bad_total, first_flat = int(count.item()), int(first.item())
+    mismatch = None
+    if n_bad_total:
+        index = tuple(int(i) for i in torch.unravel_index(torch.tensor(first_flat), exp.shape)) if exp.dim() else ()
+        mismatch = Mismatch(
+            index=index,
+            expected=float(flat_e[first_flat]),
+            actual=float(flat_a[first_flat].to(torch.float64)),
+            output_index=k,
+        )
+    errors = {} if exact or not numel else dict(max_abs_error=float(max_abs), max_rel_error=float(max_rel))
+    base = dict(mismatch_count=n_bad_total, numel=numel, first_mismatch=mismatch, **errors, **meta)
+    at_ = (
+        f", first at {mismatch.index}: expected {_fmt(mismatch.expected)}, got {_fmt(mismatch.actual)}"
+        if mismatch
+        else ""
+    )
+    if n_bad_total and not exact:
+        n_nonfinite = int(nonfinite.item())
+        if n_nonfinite:
+            return Comparison(
+                False, "NonFinite", f"{where}{n_nonfinite} NaN/Inf values where the reference is finite{at_}", **base
+            )
+    if n_bad_total:
         rule = "exactly equal" if exact else f"within {tol.atol:g} + {tol.rtol:g}*|ref|"
-        return Comparison(False, "ValueMismatch", f"{where}{count}/{numel} elements not {rule}{at}", **base)
+        return Comparison(False, "ValueMismatch", f"{where}{n_bad_total}/{numel} elements not {rule}{at_}", **base)
     if not exact and numel:
-        finite = torch.isfinite(exp)
-        ref_norm = float(torch.linalg.vector_norm(exp[finite]).item())
-        err_norm = float(torch.linalg.vector_norm((a - exp)[finite]).item())
+        ref_norm, err_norm = float(ref_sq.sqrt()), float(err_sq.sqrt())
         if ref_norm > 0 and not err_norm <= tol.rtol * ref_norm:
             return Comparison(
                 False,

@@ -86,3 +86,63 @@ def test_integer_outputs_must_match_exactly_and_keep_their_dtype():
     off = compare(package(ref + torch.tensor([0, 0, 1, 0, 0])), ref, "float32", FP32)
     assert not off.passed and off.message.startswith("1/5 elements not exactly equal, first at (2,)")
     assert compare(package(ref.int()), ref, "float32", FP32).kind == "DtypeMismatch"
+
+
+def _numbers(c):
+    return (c.passed, c.kind, c.message, c.mismatch_count, c.numel, repr(c.first_mismatch), c.max_abs_error,
+            c.max_rel_error)  # fmt: skip
+
+
+def test_a_comparison_in_chunks_gives_the_verdict_and_numbers_of_one_pass(monkeypatch):
+    from evaluation import compare as compare_module
+
+    ref = _ref(5, 23)
+    late = ref.float().clone()
+    late[4, 20] += 1.0  # the first mismatch lies in the last of 17 chunks of 7
+    late[4, 22] += 2.0
+    nonfinite = ref.float().clone()
+    nonfinite[3, 3] = float("nan")
+    norm = (ref + 1e-3).float()  # every element within a loose atol; the norm error is not
+    loose = Tolerance(atol=1e-2, rtol=1e-6)
+    ints = (ref * 10).round().long()
+    wrong_ints = ints.clone()
+    wrong_ints[2, 9] += 1
+    cases = [
+        (ref.float(), ref, "float32", FP32),
+        (late, ref, "float32", FP32),
+        (nonfinite, ref, "float32", FP32),
+        (norm, ref, "float32", loose),
+        (wrong_ints, ints, "float32", FP32),
+        (ref.float()[0, 0], ref[0, 0], "float32", FP32),  # 0-dim
+    ]
+    whole = [_numbers(compare(package(a), e, dt, tol)) for a, e, dt, tol in cases]
+    monkeypatch.setattr(compare_module, "CHUNK", 7)
+    chunked = [_numbers(compare(package(a), e, dt, tol)) for a, e, dt, tol in cases]
+    assert chunked == whole
+    assert [w[1] for w in whole] == [None, "ValueMismatch", "NonFinite", "NormError", "ValueMismatch", None]
+    assert "first at (4, 20)" in whole[1][2] and whole[1][3] == 2
+
+
+def test_the_judge_compares_on_the_host_when_the_device_runs_out_of_memory(monkeypatch):
+    from evaluation import correctness, load_problem, protocol
+    from evaluation.inputs import trial_inputs
+
+    info = load_problem("softmax", "cpu")
+    case = info.shape_cases[0]
+    refs = correctness.References(info, "cpu", 0)
+    trial = correctness.regular_trials(11, 1)[0]
+    expected = refs.expected(case, trial_inputs(refs.module(case.params), case.dtype, trial, "cpu"))
+    blob, strides = protocol.package_bytes(expected.to(getattr(torch, case.dtype)))
+    calls = []
+    real = correctness.compare
+
+    def full_device(outputs, expected, dtype, tol):
+        calls.append(expected.device.type)
+        if len(calls) == 1:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real(outputs, expected, dtype, tol)
+
+    monkeypatch.setattr(correctness, "compare", full_device)
+    verdict = correctness.Judge(refs, "cpu").judge(case, trial, blob, strides)
+    assert verdict.passed and verdict.numel == expected.numel()
+    assert calls == ["cpu", "cpu"]  # tried once, then again with the reference on the host
