@@ -474,8 +474,8 @@ OUTPUTS_FORMAT = b"KSO1"  # a blob of outputs: format, u64 table length, table (
 _ALIGN = 64
 # What an output tensor may be: the dtypes a problem can produce, by name; nothing here unpickles.
 _RAW_DTYPES = (
-    "float64", "float32", "float16", "bfloat16", "complex64", "complex128",
-    "int64", "int32", "int16", "int8", "uint8", "bool",
+    "float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "complex64", "complex128",
+    "int64", "int32", "int16", "int8", "uint64", "uint32", "uint16", "uint8", "bool",
 )  # fmt: skip
 
 
@@ -528,7 +528,7 @@ def package_parts(value: Any) -> tuple[list[Any], list[Optional[list[int]]]]:
             host = host.resolve_conj().resolve_neg().contiguous().cpu()
             name = str(host.dtype).removeprefix("torch.")
             if name not in _RAW_DTYPES:
-                host, name = host.to(torch.float64), "float64"  # an exotic dtype is judged by its values
+                host, name = host.to(torch.float64), "float64"  # quantized or complex32: judged by its values
             raw: Any = host.reshape(-1).view(torch.uint8).numpy() if host.numel() else b""
             nbytes = memoryview(raw).nbytes
             entries.append(_RawTensor(dtype=name, shape=list(host.shape), offset=offset, nbytes=nbytes))

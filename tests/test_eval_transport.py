@@ -38,11 +38,13 @@ def _same(received, sent) -> None:
         torch.zeros(0, 3),  # empty
         torch.tensor([True, False, True]),
         torch.randn(4, dtype=torch.complex64),
+        torch.randn(5).to(torch.float8_e4m3fn),
+        torch.arange(5).to(torch.uint16),
         torch.arange(12, dtype=torch.int64).reshape(3, 4)[:, ::2],  # a strided view
         torch.randn(6).to_sparse(),
         (torch.randn(2, 3), 3, None, True, float("inf"), float("nan")),
     ],
-    ids=["fp32", "bf16", "0dim", "empty", "bool", "complex", "strided", "sparse", "tuple"],
+    ids=["fp32", "bf16", "0dim", "empty", "bool", "complex", "fp8", "uint16", "strided", "sparse", "tuple"],
 )
 def test_every_output_kind_arrives_equal_to_what_the_candidate_returned(value):
     blob, strides = protocol.package_bytes(value)
