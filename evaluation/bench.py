@@ -233,14 +233,14 @@ def transport(mb: int, reps: int = 4) -> dict[str, float]:
     import time
 
     from evaluation import protocol
-    from evaluation.isolation import _widen
+    from evaluation.isolation import widen_pipe
 
     numel = mb * (1 << 20) // 4
     rates = {}
     for framed in (False, True, False, True):  # interleaved: a drift of the machine hits both
         key = os.urandom(32)
         r, w = os.pipe()
-        _widen(r)
+        widen_pipe(r)
         proc = multiprocessing.get_context("fork").Process(target=_send_outputs, args=(w, key, numel, reps, framed))
         proc.start()
         os.close(w)

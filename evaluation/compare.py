@@ -150,7 +150,7 @@ def _stream(act, exp, tol: Tolerance, k: int, where: str, meta: dict, *, exact: 
         )
     errors = {} if exact or not numel else dict(max_abs_error=float(max_abs), max_rel_error=float(max_rel))
     base = dict(mismatch_count=n_bad_total, numel=numel, first_mismatch=mismatch, **errors, **meta)
-    at_ = (
+    first_at = (
         f", first at {mismatch.index}: expected {_fmt(mismatch.expected)}, got {_fmt(mismatch.actual)}"
         if mismatch
         else ""
@@ -159,11 +159,14 @@ def _stream(act, exp, tol: Tolerance, k: int, where: str, meta: dict, *, exact: 
         n_nonfinite = int(nonfinite.item())
         if n_nonfinite:
             return Comparison(
-                False, "NonFinite", f"{where}{n_nonfinite} NaN/Inf values where the reference is finite{at_}", **base
+                False,
+                "NonFinite",
+                f"{where}{n_nonfinite} NaN/Inf values where the reference is finite{first_at}",
+                **base,
             )
     if n_bad_total:
         rule = "exactly equal" if exact else f"within {tol.atol:g} + {tol.rtol:g}*|ref|"
-        return Comparison(False, "ValueMismatch", f"{where}{n_bad_total}/{numel} elements not {rule}{at_}", **base)
+        return Comparison(False, "ValueMismatch", f"{where}{n_bad_total}/{numel} elements not {rule}{first_at}", **base)
     if not exact and numel:
         ref_norm, err_norm = float(ref_sq.sqrt()), float(err_sq.sqrt())
         if ref_norm > 0 and not err_norm <= tol.rtol * ref_norm:

@@ -134,7 +134,7 @@ class References:
         try:
             expected, native = self.expected(case, inputs), self.native(case, inputs)
         except torch.OutOfMemoryError:  # a GPU shared with the workers: the host answers the same question
-            inputs = [x.cpu() if isinstance(x, torch.Tensor) else x for x in inputs]
+            inputs = _on_host(inputs)
             torch.cuda.empty_cache()
             expected, native = self.expected(case, inputs, "cpu"), self.native(case, inputs, "cpu")
         items = expected if isinstance(expected, (tuple, list)) else [expected]
@@ -225,7 +225,7 @@ class Judge:
             try:
                 expected = self.refs.expected(case, drawn)
             except torch.OutOfMemoryError:
-                host, drawn = [x.cpu() if isinstance(x, torch.Tensor) else x for x in drawn], None
+                host, drawn = _on_host(drawn), None
                 torch.cuda.empty_cache()
                 expected = self.refs.expected(case, host, "cpu")
             try:

@@ -534,7 +534,7 @@ class WorkerProcess:
             raise ValueError("the request must carry this worker's key")
         req_r, req_w = os.pipe()
         res_r, res_w = os.pipe()
-        _widen(res_r)
+        widen_pipe(res_r)
         limits = self.limits
         if self.isolation != "bwrap":  # RLIMIT_NPROC counts every process of the user outside a sandbox
             limits = limits.model_copy(update={"nproc": None})
@@ -647,7 +647,7 @@ class WorkerProcess:
 PIPE_BYTES = 1 << 20  # Linux's default ceiling for an unprivileged pipe (/proc/sys/fs/pipe-max-size)
 
 
-def _widen(fd: int) -> None:
+def widen_pipe(fd: int) -> None:
     """A 1 MiB pipe instead of 64 KiB: a large output crosses in a sixteenth of the wake-ups, which
     count most under gVisor, where every system call is dear."""
     try:

@@ -286,8 +286,9 @@ def write_frame(fd: int, key: bytes, seq: int, message: Wire, parts: Sequence[An
     slice overlaps the parent's reading of the one before."""
     header = message.model_dump_json().encode()
     views = [memoryview(p).cast("B") for p in parts]
-    m = _mac_start(key, seq, header, sum(len(v) for v in views))
-    write_all(fd, _HEAD.pack(MAGIC, len(header), sum(len(v) for v in views)) + header)
+    blob_len = sum(len(v) for v in views)
+    m = _mac_start(key, seq, header, blob_len)
+    write_all(fd, _HEAD.pack(MAGIC, len(header), blob_len) + header)
     for view in views:
         for at in range(0, len(view), _SLICE):
             piece = view[at : at + _SLICE]

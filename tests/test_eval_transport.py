@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from evaluation import protocol
-from evaluation.isolation import PIPE_BYTES, _widen
+from evaluation.isolation import PIPE_BYTES, widen_pipe
 
 KEY = bytes(range(32))
 
@@ -121,7 +121,7 @@ def test_the_result_pipe_is_widened_to_a_mebibyte():
     r, w = os.pipe()
     try:
         assert fcntl.fcntl(r, fcntl.F_GETPIPE_SZ) < PIPE_BYTES
-        _widen(r)
+        widen_pipe(r)
         assert fcntl.fcntl(r, fcntl.F_GETPIPE_SZ) == PIPE_BYTES
     finally:
         os.close(r)
