@@ -4,6 +4,11 @@ A row that fits one block (N <= max_block_n) is loaded once and normalised in re
 (the few-long-rows case, M=16 x N=4194304, is past Triton's 2**20-element block limit) loops over
 fixed blocks three times: the mean, the variance about that mean (two passes, not sum-of-squares, so
 a large offset cannot cancel the variance away), then the normalised output.
+
+Means divide with `tl.div_rn`: Triton's fp32 `/` is `div.full.f32` on NVIDIA (up to 2 ulp off), and a mean
+that misses a constant row's value (bf16 inputs near 1e4 round to one value) makes noise / sqrt(eps) of
+what should be exactly zero. The looped path sums about the row's first element for the same reason: the
+running sum of 4M values near 1e4 would round.
 """
 
 import torch
@@ -21,17 +26,20 @@ def _layernorm_fwd(X, W, B, Y, stride_x, stride_y, N, eps, BLOCK_N: tl.constexpr
     if ONE_BLOCK:
         mask = cols < N
         x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
-        mean = tl.sum(x, axis=0) / N
+        mean = tl.div_rn(tl.sum(x, axis=0), tl.cast(N, tl.float32))
         diff = tl.where(mask, x - mean, 0.0)
         rstd = 1.0 / tl.sqrt(tl.sum(diff * diff, axis=0) / N + eps)
         w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
         b = tl.load(B + cols, mask=mask, other=0.0).to(tl.float32)
         tl.store(y_row + cols, (diff * rstd * w + b).to(Y.dtype.element_ty), mask=mask)
     else:
+        shift = tl.load(x_row).to(tl.float32)
         acc = tl.zeros([BLOCK_N], dtype=tl.float32)
         for start in range(0, N, BLOCK_N):
-            acc += tl.load(x_row + start + cols, mask=start + cols < N, other=0.0).to(tl.float32)
-        mean = tl.sum(acc, axis=0) / N
+            mask = start + cols < N
+            x = tl.load(x_row + start + cols, mask=mask, other=0.0).to(tl.float32)
+            acc += tl.where(mask, x - shift, 0.0)
+        mean = shift + tl.div_rn(tl.sum(acc, axis=0), tl.cast(N, tl.float32))
         acc = tl.zeros([BLOCK_N], dtype=tl.float32)
         for start in range(0, N, BLOCK_N):
             mask = start + cols < N

@@ -195,6 +195,14 @@ _BINARY = {
     "fmod": "({a} - {b} * ({a} / {b}).to(tl.int32).to({t}))",
 }
 
+# Triton's fp32 `/` is div.full.f32 on NVIDIA, up to 2 ulp off (the interpreter divides exactly, so the CPU
+# never sees it). PyTorch divides with IEEE rounding, and the difference is not noise everywhere: a mean that
+# misses a constant row's value becomes noise / sqrt(eps) after x - mean, and floor(6 / 3) can be 1. Quotients
+# computed in fp32 use tl.div_rn (its operands cast, so an int or a constexpr operand is fine); float64 `/` is
+# already IEEE.
+_QUOTIENTS = ("div", "floordiv", "remainder", "fmod")
+_PRECISE_DIV = "tl.div_rn(tl.cast({a}, tl.float32), tl.cast({b}, tl.float32))"
+
 
 def _const_text(value, dtype: str) -> str:
     if dtype in FLOATS:
@@ -334,7 +342,10 @@ class Writer:
         if e.op in _UNARY:
             return self.emit(_UNARY[e.op].format(a=args[0], t=t))
         if e.op in _BINARY:
-            return self.emit(_BINARY[e.op].format(a=args[0], b=args[1], t=t))
+            text = _BINARY[e.op]
+            if e.op in _QUOTIENTS and t == "tl.float32":
+                text = text.replace("{a} / {b}", _PRECISE_DIV)
+            return self.emit(text.format(a=args[0], b=args[1], t=t))
         raise LoweringError(f"internal: no Triton text for op {e.op}")
 
 

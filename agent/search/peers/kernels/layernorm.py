@@ -53,7 +53,9 @@ def _single(X, W, B, Y, base, rows, rmask, N, eps, ROWS: tl.constexpr, BLOCK_N: 
         x = tl.load(X + offs).to(tl.float32)
     else:
         x = tl.load(X + offs, mask=cmask[None, :], other=0.0).to(tl.float32)
-    mean = tl.sum(x, axis=1) / N
+    # tl.div_rn, not `/`: Triton's fp32 `/` is div.full.f32 on NVIDIA (up to 2 ulp off), and a mean that misses
+    # the value of a constant row (bf16 inputs around 1e4 round to one value) turns into noise times 1/sqrt(eps).
+    mean = tl.div_rn(tl.sum(x, axis=1), tl.cast(N, tl.float32))
     xc = tl.where(cmask[None, :], x - mean[:, None], 0.0)
     rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=1) / N + eps)
     y = xc * rstd[:, None]
@@ -85,7 +87,10 @@ def _stats(X, W, B, Y, base, rows, rmask, lo, hi, ROWS: tl.constexpr, BLOCK_N: t
         m2 += tl.where(cmask[None, :], delta * (x - mean), 0.0)
         count += cmask[None, :].to(tl.float32)
     n = tl.sum(count, axis=1)
-    mu = tl.sum(count * mean, axis=1) / n
+    # Lane means combined about one of them (their max), with IEEE division: lanes that agree give their mean
+    # exactly, where sum(count * mean) / n would round (and `/` is up to 2 ulp off on NVIDIA).
+    ref = tl.max(tl.where(count > 0, mean, -3.0e38), axis=1)
+    mu = ref + tl.div_rn(tl.sum(tl.where(count > 0, count * (mean - ref[:, None]), 0.0), axis=1), n)
     d = mean - mu[:, None]
     return mu, tl.sum(m2 + count * d * d, axis=1)
 
@@ -142,7 +147,9 @@ def _combine(P, g, N, span, splits, pstride, eps, SPLITS: tl.constexpr):
     mean_k = tl.load(P + slot, mask=km, other=0.0)
     m2_k = tl.load(P + pstride + slot, mask=km, other=0.0)
     n_k = tl.where(km, tl.minimum(span, N - k * span), 0).to(tl.float32)
-    mean = tl.sum(n_k * mean_k, axis=1) / N
+    # About the first span's mean, with IEEE division: spans that agree give their mean exactly.
+    ref = tl.sum(tl.where(k == 0, mean_k, 0.0), axis=1)
+    mean = ref + tl.div_rn(tl.sum(n_k * (mean_k - ref[:, None]), axis=1), tl.cast(N, tl.float32))
     d = mean_k - mean[:, None]
     m2 = tl.sum(m2_k + n_k * d * d, axis=1)
     return _finish(mean, m2, N, eps)
