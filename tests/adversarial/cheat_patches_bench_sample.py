@@ -25,7 +25,7 @@ def _ln(X, W, B, Y, N, eps, BLOCK_N: tl.constexpr):
     cols = tl.arange(0, BLOCK_N)
     mask = cols < N
     x = tl.load(X + row * N + cols, mask=mask, other=0.0).to(tl.float32)
-    mean = tl.sum(x, axis=0) / N
+    mean = tl.div_rn(tl.sum(x, axis=0), tl.cast(N, tl.float32))  # IEEE: `/` is 2 ulp off on NVIDIA
     diff = tl.where(mask, x - mean, 0.0)
     rstd = 1.0 / tl.sqrt(tl.sum(diff * diff, axis=0) / N + eps)
     w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
