@@ -29,6 +29,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import signal
 import threading
 from concurrent.futures import Future, InvalidStateError
 from contextlib import contextmanager
@@ -95,6 +96,23 @@ class Placement(Frozen):
 
 
 # -- task bodies (run on the nodes) -----------------------------------------------------------------
+@contextmanager
+def _own_signal_handlers() -> Iterator[None]:
+    """Keep the driver's SIGINT and SIGTERM handlers across ray.init.
+
+    ray.init installs Ray's SIGTERM handler (exit at once, after abseil's stack dump) over whatever the
+    driver had, so a scheduler's SIGTERM would kill a search mid-batch with its run unmarked, where
+    kscout records it interrupted and resumable. Setting ours again replaces Ray's at the C level too."""
+    main = threading.current_thread() is threading.main_thread()
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)} if main else {}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            if handler is not None:  # None: set outside Python, nothing of ours to put back
+                signal.signal(sig, handler)
+
+
 def _node_id() -> str:
     import ray
 
@@ -196,7 +214,7 @@ class RayExecutor(BatchExecutor):
     # -- the cluster -----------------------------------------------------------------------------------
     def _connect(self, ray) -> None:
         common = dict(log_to_driver=False, logging_level=logging.WARNING, namespace="kernelscout")
-        with offline_env():
+        with offline_env(), _own_signal_handlers():
             try:
                 if self.address:
                     ray.init(address=self.address, **common)
