@@ -69,3 +69,29 @@ def test_an_init_that_reads_a_module_level_size_is_refused_with_the_name():
     src = "N = 4\n" + src
     with pytest.raises(LoweringError, match="module-level value 'N'"):
         capture(src, "/tmp/global_n.py")
+
+
+def test_a_trace_swaps_functional_pooling_only_in_its_own_thread():
+    """Searches in threads lower while others run references: the swap must not leak to them."""
+    import threading
+
+    import torch
+    import torch.nn.functional as F
+
+    from agent.proposers.lowering.capture import _patched
+
+    original = F.max_pool2d
+    x = torch.randn(1, 2, 6, 6)
+    seen = {}
+
+    def other_thread():
+        seen["fn"] = F.max_pool2d.__wrapped__ if hasattr(F.max_pool2d, "__wrapped__") else F.max_pool2d
+        seen["out"] = F.max_pool2d(x, 2)
+
+    with _patched(torch.nn.Identity(), [], lambda: ()):
+        assert F.max_pool2d is not original  # swapped for the trace
+        t = threading.Thread(target=other_thread)
+        t.start()
+        t.join()
+    assert F.max_pool2d is original  # put back
+    assert seen["fn"] is original and torch.equal(seen["out"], original(x, 2))  # the other thread computed with PyTorch

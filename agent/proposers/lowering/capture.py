@@ -22,6 +22,7 @@ import contextlib
 import functools
 import inspect
 import textwrap
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -30,9 +31,18 @@ import torch
 from agent.proposers.lowering.ir import LoweringError
 
 _LIB = None
+# Searches in threads of one process (optimize-many, coverage --concurrency) lower at the same time: the
+# operator library is defined once, and a capture (which swaps torch.nn.functional's pooling and
+# convolutions for the duration of its trace) runs alone.
+_LOCK = threading.RLock()
 
 
 def _pool_library():
+    with _LOCK:
+        _define_pool_library()
+
+
+def _define_pool_library():
     """kscout::pool(x, kind, kernel, stride, padding, dilation, ceil_mode, count_include_pad, divisor)."""
     global _LIB
     if _LIB is not None:
@@ -446,14 +456,26 @@ def _functional_pools() -> dict:
     return out
 
 
+def _in_thread(tracer: int, fn, original):
+    """`fn` in the tracing thread, `original` in any other: a reference run by another search while this
+    one traces (a shape check on the CPU) still gets PyTorch's own pooling and convolutions."""
+
+    @functools.wraps(original)
+    def dispatch(*args, **kwargs):
+        return (fn if threading.get_ident() == tracer else original)(*args, **kwargs)
+
+    return dispatch
+
+
 @contextlib.contextmanager
 def _patched(model, patched, carrier_values):
     import torch.nn.functional as F
 
     replacements = {**_functional_pools(), **_functional_convs()}
     saved_f = {name: getattr(F, name) for name in replacements}
+    tracer = threading.get_ident()
     for name, fn in replacements.items():
-        setattr(F, name, fn)
+        setattr(F, name, _in_thread(tracer, fn, saved_f[name]))
     saved_fwd = []
     try:
         for m, what, info in patched:
@@ -605,7 +627,12 @@ def _out_of_place(gm) -> None:
 
 
 def capture(source: str, path: str) -> Captured:
-    """Trace the reference's forward (eval mode) to an aten graph with symbolic sizes."""
+    """Trace the reference's forward (eval mode) to an aten graph with symbolic sizes (one capture at a time)."""
+    with _LOCK:
+        return _capture(source, path)
+
+
+def _capture(source: str, path: str) -> Captured:
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
     from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
