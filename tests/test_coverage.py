@@ -114,6 +114,30 @@ def test_relu_reaches_a_passed_candidate_through_the_real_search(tmp_path, monke
 
 
 @needs_dev
+def test_concurrent_searches_overlap_and_keep_one_row_per_file_in_order(tmp_path, monkeypatch):
+    monkeypatch.setenv("KSCOUT_VECTORS", "off")
+    broken = tmp_path / "level1" / "99_Broken.py"
+    broken.parent.mkdir()
+    broken.write_text("import torch\n\nclass Model(torch.nn.Module):\n    pass\n")  # no get_inputs
+    files = [DEV / "level1" / "19_ReLU.py", broken, DEV / "level1" / "26_GELU_.py"]
+    out = tmp_path / "out"
+    rows = run_coverage(files, budget=1, device="cpu", out=out, trials=1, quiet=True, concurrency=2)
+    assert [(r["problem"], r["status"]) for r in rows] == [
+        ("19_ReLU", "passed"),
+        ("99_Broken", "harness_error"),
+        ("26_GELU_", "passed"),
+    ]
+    assert "get_inputs" in rows[1]["detail"]
+    assert (out / "coverage.csv").read_text().count("\n") == 4
+    from store import Store
+
+    (home,) = [d for d in out.iterdir() if d.name.startswith("store-")]
+    with Store.open(home) as st:
+        relu, gelu = (st.get_run(rows[i]["run_id"]) for i in (0, 2))
+    assert relu.started_at < gelu.finished_at and gelu.started_at < relu.finished_at  # the two searches overlapped
+
+
+@needs_dev
 @pytest.mark.slow
 def test_a_ci_subset_of_every_schedule_kind_passes_in_interpreter_mode(tmp_path, monkeypatch):
     monkeypatch.setenv("KSCOUT_VECTORS", "off")

@@ -10,7 +10,8 @@ judge the problem (a reference that fails on the derived shapes) is "harness_err
 `coverage.csv` and prints one summary line: counts, the rates the issue's targets are stated in
 (level-1 problems without convolutions, level-2 problems whose contraction is a GEMM), geomeans.
 
-Problems run one after another in a fresh store under --out (vectors off unless KSCOUT_VECTORS says
+Problems run one after another (or `--concurrency K` at once on one device: checks side by side,
+timings alone) in a fresh store under --out (vectors off unless KSCOUT_VECTORS says
 otherwise: the benchmark retrieves nothing it needs embeddings for). On the CPU nothing is timed; the
 interpreter costs 1-3 ms per program instance, so a full run of the dev set takes a while (run it with
 `nice` in the background; the CSV is rewritten after every problem).
@@ -26,9 +27,10 @@ import os
 import re
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from evaluation.errors import KscoutError
 
@@ -239,6 +241,83 @@ def run_one(store, path: Path, *, budget: int, device_kind: str, trials: int, se
     return row
 
 
+def run_concurrently(
+    store,
+    files: list[Path],
+    *,
+    concurrency: int,
+    budget: int,
+    device_kind: str,
+    trials: int,
+    seed: int,
+    timeout_s: float,
+    on_row: Callable[[int, dict], None],
+) -> None:
+    """`concurrency` searches at once on one shared local executor (`optimize-many`'s machinery): their
+    correctness checks run side by side on `concurrency` workers, a batch's timing and each re-measure
+    still have the device to themselves. `on_row(i, row)` gets each problem's row as its search ends."""
+    from agent.search.many import Shared, run_many
+    from agent.search.session import SessionConfig
+
+    configs = [
+        SessionConfig(
+            problem=str(path),
+            device=device_kind,
+            proposer="template",
+            budget=budget,
+            stall=None,
+            seed=seed,
+            trials=trials,
+            timeout_s=timeout_s,
+            workers=concurrency,
+        )
+        for path in files
+    ]
+    errors: dict[int, list[str]] = {i: [] for i in range(len(files))}
+    began: dict[int, float] = {}
+    done: set[int] = set()
+    lock = threading.Lock()
+
+    def base(i: int) -> dict:
+        return dict(level=level_of(files[i]), problem=files[i].stem, category=category(files[i]))
+
+    def on_event(i: int, event) -> None:
+        if event.kind == "started":
+            began[i] = time.monotonic()
+        elif event.kind == "proposal_error":
+            errors[i].append(event.message)
+        elif event.kind == "finished" and event.message.startswith("stopped"):
+            row = dict(base(i), **summarize_run(store, event.run_id, errors[i]))
+            row["seconds"] = time.monotonic() - began.get(i, time.monotonic())
+            with lock:
+                done.add(i)
+                on_row(i, row)
+
+    result = run_many(configs, store, shared=Shared(concurrency=concurrency), on_event=on_event)
+    for i, outcome in enumerate(result.outcomes):
+        if i in done:
+            continue
+        if outcome.state == "interrupted":
+            reason = f"interrupted: continue with `kscout resume {outcome.run_id}`"
+        else:
+            reason = " ".join((outcome.reason or outcome.state).split())[:400]
+        on_row(
+            i,
+            dict(
+                base(i),
+                status="interrupted" if outcome.state == "interrupted" else "harness_error",
+                schedule="-",
+                evaluations=0,
+                first_pass="-",
+                speedup_vs_eager="-",
+                speedup_vs_torch_compile="-",
+                seconds=0.0,
+                run_id=outcome.run_id or "-",
+                detail=reason,
+            ),
+        )
+
+
 def geomean(values: list[float]) -> Optional[float]:
     vals = [v for v in values if isinstance(v, (int, float)) and v > 0]
     return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
@@ -326,6 +405,7 @@ def run_coverage(
     timeout_s: float = 300.0,
     store_dir: Optional[Path] = None,
     quiet: bool = False,
+    concurrency: int = 1,
 ) -> list[dict]:
     import evaluation
     from store import Store
@@ -333,22 +413,47 @@ def run_coverage(
     device_kind = evaluation.resolve_device(device)
     out.mkdir(parents=True, exist_ok=True)
     home = store_dir or Path(tempfile.mkdtemp(prefix="store-", dir=out))
-    rows: list[dict] = []
-    with Store.open(home) as store:
-        for i, path in enumerate(files, 1):
-            row = run_one(
-                store, path, budget=budget, device_kind=device_kind, trials=trials, seed=seed, timeout_s=timeout_s
+    rows: dict[int, dict] = {}
+
+    def land(i: int, row: dict) -> None:
+        rows[i] = row
+        _write_csv(out / "coverage.csv", [rows[k] for k in sorted(rows)])
+        if not quiet:
+            print(
+                f"[{len(rows)}/{len(files)}] level{row['level']} {row['problem']}: {row['status']} "
+                f"({row['schedule']}, {row['evaluations']} evals, {row['seconds']:.0f}s) {row['detail'][:160]}",
+                file=sys.stderr,
+                flush=True,
             )
-            rows.append(row)
-            _write_csv(out / "coverage.csv", rows)
-            if not quiet:
-                print(
-                    f"[{i}/{len(files)}] level{row['level']} {row['problem']}: {row['status']} "
-                    f"({row['schedule']}, {row['evaluations']} evals, {row['seconds']:.0f}s) {row['detail'][:160]}",
-                    file=sys.stderr,
-                    flush=True,
+
+    with Store.open(home) as store:
+        if concurrency > 1:
+            run_concurrently(
+                store,
+                files,
+                concurrency=concurrency,
+                budget=budget,
+                device_kind=device_kind,
+                trials=trials,
+                seed=seed,
+                timeout_s=timeout_s,
+                on_row=land,
+            )
+        else:
+            for i, path in enumerate(files):
+                land(
+                    i,
+                    run_one(
+                        store,
+                        path,
+                        budget=budget,
+                        device_kind=device_kind,
+                        trials=trials,
+                        seed=seed,
+                        timeout_s=timeout_s,
+                    ),
                 )
-    return rows
+    return [rows[k] for k in sorted(rows)]
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -370,6 +475,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per evaluation")
     parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=1,
+        help="searches at once on one device: their checks run side by side, timings still alone",
+    )
+    parser.add_argument(
         "--literal-sizes",
         action="store_true",
         help="run copies whose integer-expression and tuple size constants are plain ints, so a "
@@ -389,6 +500,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             trials=args.trials,
             seed=args.seed,
             timeout_s=args.timeout,
+            concurrency=max(1, args.concurrency),
         )
     except KscoutError as exc:
         print(f"error: {exc}", file=sys.stderr)
