@@ -114,3 +114,27 @@ def test_lowered_norms_keep_constant_rows_exact(gpu_division, name):
     assert "tl.div_rn(" not in naive
     _, out, _, _ = run_lowered(source, path=path, candidate=naive)
     assert out.abs().max().item() > 0.05  # the same graph with Triton's `/`: wrong on the GPU
+
+
+@pytest.mark.parametrize("n", [None, 1], ids=["runtime_n", "n_specialised_to_1"])
+@pytest.mark.parametrize("one_block", [True, False], ids=["one_block", "looped"])
+def test_the_seed_compiles_for_sm90_with_an_ieee_division_for_the_mean(one_block, n):
+    """Without a GPU: Triton compiles for sm_90 all the same (its bundled ptxas). The mean is div.rn.f32
+    whether N arrives as an int or, as Triton does for 1, as a constexpr."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from triton.runtime.jit import JITFunction
+
+    mod = _module(SEED, "_division_seed_compiled")
+    signature = {"X": "*bf16", "W": "*bf16", "B": "*bf16", "Y": "*bf16", "stride_x": "i32", "stride_y": "i32"}
+    signature.update({"N": "i32" if n is None else "constexpr", "eps": "fp32", "BLOCK_N": "constexpr"})
+    signature["ONE_BLOCK"] = "constexpr"
+    constexprs = {"BLOCK_N": 1024, "ONE_BLOCK": one_block, **({} if n is None else {"N": n})}
+    fn = mod._layernorm_fwd
+    fn = JITFunction(fn.fn) if not isinstance(fn, JITFunction) else fn  # under TRITON_INTERPRET=1: the raw function
+    kernel = triton.compile(
+        ASTSource(fn=fn, signature=signature, constexprs=constexprs),
+        target=GPUTarget("cuda", 90, 32),
+    )
+    assert "div.rn.f32" in kernel.asm["ptx"]
