@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.search.coverage import category, level_of, literal_sizes, run_coverage, summary_line
+from agent.search.coverage import category, level_of, literal_sizes, markdown_table, run_coverage, summary_line
 
 DEV = Path(
     os.environ.get("KSCOUT_KERNELBENCH_DEV", Path(__file__).resolve().parents[1] / ".." / "shared" / "kernelbench-dev")
@@ -35,7 +35,7 @@ CI_SUBSET = [
 ]
 
 
-def _row(level, category_, status, x_eager="not measured", x_compile="not measured"):
+def _row(level, category_, status, x_eager="not measured", x_compile="not measured", compile_interval=("-", "-")):
     return dict(
         level=level,
         problem="p",
@@ -46,6 +46,8 @@ def _row(level, category_, status, x_eager="not measured", x_compile="not measur
         first_pass=1,
         speedup_vs_eager=x_eager,
         speedup_vs_torch_compile=x_compile,
+        torch_compile_low=compile_interval[0],
+        torch_compile_high=compile_interval[1],
         seconds=1.0,
         run_id="r",
         detail="",
@@ -62,8 +64,8 @@ def test_problems_are_classified_by_level_and_contraction_kind():
 
 def test_the_summary_counts_the_targets_and_takes_geomeans_over_passed_problems():
     rows = [
-        _row("1", "other", "passed", 2.0, 1.0),
-        _row("1", "gemm", "passed", 8.0, 4.0),
+        _row("1", "other", "passed", 2.0, 1.0, (0.9, 1.1)),
+        _row("1", "gemm", "passed", 8.0, 4.0, (3.5, 4.4)),
         _row("1", "conv", "unsupported"),
         _row("1", "other", "failed"),
         _row("2", "gemm", "passed", 1.0, 0.25),
@@ -73,7 +75,9 @@ def test_the_summary_counts_the_targets_and_takes_geomeans_over_passed_problems(
     assert "6 problems: 1 failed, 1 harness_error, 3 passed, 1 unsupported" in line
     assert "level-1 without convolutions passed 2/3 (67%)" in line
     assert "level-2 GEMM passed 1/1 (100%)" in line
-    assert "geomean x eager 2.52" in line and "geomean x torch.compile 1 (1 above 1)" in line
+    assert "geomean x eager 2.52" in line and "geomean x torch.compile 1 (1 above 1, 1 significantly)" in line
+    table = markdown_table(rows)
+    assert "| 4 [3.5, 4.4] |" in table and "| 1 [0.9, 1.1] |" in table
     cpu = summary_line([_row("1", "other", "passed")])
     assert "speed not measured on this device" in cpu
 

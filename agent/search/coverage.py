@@ -44,6 +44,8 @@ CSV_FIELDS = (
     "first_pass",
     "speedup_vs_eager",
     "speedup_vs_torch_compile",
+    "torch_compile_low",
+    "torch_compile_high",
     "seconds",
     "run_id",
     "detail",
@@ -196,6 +198,10 @@ def summarize_run(store, run_id: str, errors: list[str]) -> dict:
     compiled = measured_speedup(final, "torch_compile") if final else None
     row["speedup_vs_eager"] = eager.ratio if eager else "-"
     row["speedup_vs_torch_compile"] = compiled.ratio if compiled else "-"
+    # the interval of the x torch.compile ratio (geomeans of baseline p20 / candidate p80 and p80 / p20):
+    # a win over torch.compile is significant when its low end is above 1
+    row["torch_compile_low"] = compiled.ratio_low if compiled else "-"
+    row["torch_compile_high"] = compiled.ratio_high if compiled else "-"
     return row
 
 
@@ -339,6 +345,7 @@ def summary_line(rows: list[dict]) -> str:
     beat = sum(
         1 for r in rows if isinstance(r["speedup_vs_torch_compile"], float) and r["speedup_vs_torch_compile"] > 1
     )
+    significant = sum(1 for r in rows if isinstance(r.get("torch_compile_low"), float) and r["torch_compile_low"] > 1)
     parts = [
         f"{len(rows)} problems: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())),
         f"level-1 without convolutions passed {rate(l1)}",
@@ -347,15 +354,34 @@ def summary_line(rows: list[dict]) -> str:
     if g_e is not None:
         parts.append(f"geomean x eager {g_e:.3g}")
     if g_c is not None:
-        parts.append(f"geomean x torch.compile {g_c:.3g} ({beat} above 1)")
+        parts.append(f"geomean x torch.compile {g_c:.3g} ({beat} above 1, {significant} significantly)")
     if g_e is None and g_c is None:
         parts.append("speed not measured on this device")
     return "; ".join(parts)
 
 
+def _compile_cell(r: dict) -> str:
+    low, high = r.get("torch_compile_low"), r.get("torch_compile_high")
+    text = _cell(r["speedup_vs_torch_compile"])
+    if isinstance(low, float) and isinstance(high, float):
+        text += f" [{low:.3g}, {high:.3g}]"
+    return text
+
+
 def markdown_table(rows: list[dict]) -> str:
     """The per-problem table as Markdown (the README's coverage table)."""
-    head = ("level", "problem", "kind", "status", "schedule", "evals", "first pass", "x eager", "x compile", "detail")
+    head = (
+        "level",
+        "problem",
+        "kind",
+        "status",
+        "schedule",
+        "evals",
+        "first pass",
+        "x eager",
+        "x compile [interval]",
+        "detail",
+    )
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         detail = str(r.get("detail", "")).replace("|", "/")
@@ -369,7 +395,7 @@ def markdown_table(rows: list[dict]) -> str:
             r["evaluations"],
             r["first_pass"],
             _cell(r["speedup_vs_eager"]),
-            _cell(r["speedup_vs_torch_compile"]),
+            _compile_cell(r),
             detail,
         )
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
