@@ -95,7 +95,6 @@ class Placement(Frozen):
     device_share: float
 
 
-# -- task bodies (run on the nodes) -----------------------------------------------------------------
 @contextmanager
 def _own_signal_handlers() -> Iterator[None]:
     """Keep the driver's SIGINT and SIGTERM handlers across ray.init.
@@ -113,6 +112,7 @@ def _own_signal_handlers() -> Iterator[None]:
                 signal.signal(sig, handler)
 
 
+# -- task bodies (run on the nodes) -----------------------------------------------------------------
 def _node_id() -> str:
     import ray
 
