@@ -205,12 +205,15 @@ def summarize_run(store, run_id: str, errors: list[str]) -> dict:
     return row
 
 
-def run_one(store, path: Path, *, budget: int, device_kind: str, trials: int, seed: int, timeout_s: float) -> dict:
-    from agent.search.session import SessionConfig, start
+def _base(path: Path) -> dict:
+    return dict(level=level_of(path), problem=path.stem, category=category(path))
 
-    errors: list[str] = []
-    base = dict(level=level_of(path), problem=path.stem, category=category(path))
-    config = SessionConfig(
+
+def _config(path: Path, *, budget: int, device_kind: str, trials: int, seed: int, timeout_s: float, workers: int = 1):
+    """One coverage search: the template proposer, no stall rule."""
+    from agent.search.session import SessionConfig
+
+    return SessionConfig(
         problem=str(path),
         device=device_kind,
         proposer="template",
@@ -219,7 +222,31 @@ def run_one(store, path: Path, *, budget: int, device_kind: str, trials: int, se
         seed=seed,
         trials=trials,
         timeout_s=timeout_s,
+        workers=workers,
     )
+
+
+def _unjudged_row(path: Path, status: str, detail: str, *, seconds: float = 0.0, run_id: str = "-") -> dict:
+    """A problem whose search could not judge it (harness_error) or was cut off (interrupted)."""
+    return dict(
+        _base(path),
+        status=status,
+        schedule="-",
+        evaluations=0,
+        first_pass="-",
+        speedup_vs_eager="-",
+        speedup_vs_torch_compile="-",
+        seconds=seconds,
+        run_id=run_id,
+        detail=detail,
+    )
+
+
+def run_one(store, path: Path, *, budget: int, device_kind: str, trials: int, seed: int, timeout_s: float) -> dict:
+    from agent.search.session import start
+
+    errors: list[str] = []
+    config = _config(path, budget=budget, device_kind=device_kind, trials=trials, seed=seed, timeout_s=timeout_s)
 
     def on_event(event):
         if event.kind == "proposal_error":
@@ -230,19 +257,8 @@ def run_one(store, path: Path, *, budget: int, device_kind: str, trials: int, se
         run_id = start(config, store, on_event=on_event)
     except Exception as exc:  # a harness that cannot judge this problem: record it, go on with the next
         text = " ".join(f"{type(exc).__name__}: {exc}".split())[:400]
-        return dict(
-            base,
-            status="harness_error",
-            schedule="-",
-            evaluations=0,
-            first_pass="-",
-            speedup_vs_eager="-",
-            speedup_vs_torch_compile="-",
-            seconds=time.monotonic() - t0,
-            run_id="-",
-            detail=text,
-        )
-    row = dict(base, **summarize_run(store, run_id, errors))
+        return _unjudged_row(path, "harness_error", text, seconds=time.monotonic() - t0)
+    row = dict(_base(path), **summarize_run(store, run_id, errors))
     row["seconds"] = time.monotonic() - t0
     return row
 
@@ -263,17 +279,14 @@ def run_concurrently(
     correctness checks run side by side on `concurrency` workers, a batch's timing and each re-measure
     still have the device to themselves. `on_row(i, row)` gets each problem's row as its search ends."""
     from agent.search.many import Shared, run_many
-    from agent.search.session import SessionConfig
 
     configs = [
-        SessionConfig(
-            problem=str(path),
-            device=device_kind,
-            proposer="template",
+        _config(
+            path,
             budget=budget,
-            stall=None,
-            seed=seed,
+            device_kind=device_kind,
             trials=trials,
+            seed=seed,
             timeout_s=timeout_s,
             workers=concurrency,
         )
@@ -284,16 +297,13 @@ def run_concurrently(
     done: set[int] = set()
     lock = threading.Lock()
 
-    def base(i: int) -> dict:
-        return dict(level=level_of(files[i]), problem=files[i].stem, category=category(files[i]))
-
     def on_event(i: int, event) -> None:
         if event.kind == "started":
             began[i] = time.monotonic()
         elif event.kind == "proposal_error":
             errors[i].append(event.message)
         elif event.kind == "finished" and event.message.startswith("stopped"):
-            row = dict(base(i), **summarize_run(store, event.run_id, errors[i]))
+            row = dict(_base(files[i]), **summarize_run(store, event.run_id, errors[i]))
             row["seconds"] = time.monotonic() - began.get(i, time.monotonic())
             with lock:
                 done.add(i)
@@ -304,24 +314,18 @@ def run_concurrently(
         if i in done:
             continue
         if outcome.state == "interrupted":
-            reason = f"interrupted: continue with `kscout resume {outcome.run_id}`"
+            on_row(
+                i,
+                _unjudged_row(
+                    files[i],
+                    "interrupted",
+                    f"interrupted: continue with `kscout resume {outcome.run_id}`",
+                    run_id=outcome.run_id or "-",
+                ),
+            )
         else:
             reason = " ".join((outcome.reason or outcome.state).split())[:400]
-        on_row(
-            i,
-            dict(
-                base(i),
-                status="interrupted" if outcome.state == "interrupted" else "harness_error",
-                schedule="-",
-                evaluations=0,
-                first_pass="-",
-                speedup_vs_eager="-",
-                speedup_vs_torch_compile="-",
-                seconds=0.0,
-                run_id=outcome.run_id or "-",
-                detail=reason,
-            ),
-        )
+            on_row(i, _unjudged_row(files[i], "harness_error", reason, run_id=outcome.run_id or "-"))
 
 
 def geomean(values: list[float]) -> Optional[float]:
