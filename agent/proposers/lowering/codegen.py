@@ -317,6 +317,16 @@ def _red_update(t: ReductionTask, v: str, acc: str, j: int, mask: str, single: b
             f"{r} = {r}[:, None]",
         ]
     a = f"acc{j}"
+    if t.rtype == "sum" and _compensated(acc):
+        # Kahan: each lane's running sum carries what its last addition rounded off. Plain, a lane that
+        # adds thousands of values near 1e4 to a sum past 2**25 drops every fraction, the same way each
+        # time: a mean over a 4M-wide row came out 0.4 high (PyTorch sums in a tree and stays exact).
+        return [
+            f"{a}_y = {masked} - {a}_c",
+            f"{a}_t = {a} + {a}_y",
+            f"{a}_c = ({a}_t - {a}) - {a}_y",
+            f"{a} = {a}_t",
+        ]
     if t.rtype == "sum":
         return [f"{a} = {a} + {masked}"]
     if t.rtype == "prod":
@@ -334,16 +344,26 @@ def _red_update(t: ReductionTask, v: str, acc: str, j: int, mask: str, single: b
     ]
 
 
+def _compensated(acc: str) -> bool:
+    """Whether a looped sum in this accumulator dtype carries a Kahan compensation term."""
+    return acc in ("tl.float32", "tl.float64")
+
+
 def _red_init(t: ReductionTask, acc: str, j: int) -> list[str]:
     a = f"acc{j}"
     out = [f"{a} = tl.full([XBLOCK, RBLOCK], {_neutral(t, acc)}, {acc})"]
     if t.rtype in ("argmax", "argmin"):
         out.append(f"{a}_i = tl.zeros([XBLOCK, RBLOCK], tl.int64)")
+    if t.rtype == "sum" and _compensated(acc):
+        out.append(f"{a}_c = tl.zeros([XBLOCK, RBLOCK], {acc})")
     return out
 
 
 def _red_final(t: ReductionTask, j: int, kernel: _Kernel) -> list[str]:
     a, r = f"acc{j}", f"red{j}"
+    if t.rtype == "sum" and _compensated(_acc_dtype(t)):
+        # the lanes' sums in a tree, less what each lane still owes
+        return [f"{r} = (tl.sum({a}, 1) - tl.sum({a}_c, 1))[:, None]"]
     if t.rtype == "sum":
         return [f"{r} = tl.sum({a}, 1)[:, None]"]
     if t.rtype in ("max", "any"):
