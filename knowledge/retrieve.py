@@ -189,7 +189,8 @@ def _select(
     corpus: Corpus, ranked: list[tuple[float, int]], k: int, cap: int, leaders: set[int]
 ) -> list[tuple[float, int]]:
     """Best first, at most `cap` chunks a document; backfilled past the cap when fewer documents
-    than k have anything; and the first chunk of each ranking always kept."""
+    than k have anything; and the first chunk of each ranking always kept (in place of its own
+    document's weakest chunk when that document is at the cap)."""
     chosen: list[tuple[float, int]] = []
     skipped: list[tuple[float, int]] = []
     per_doc: dict[str, int] = {}
@@ -210,8 +211,14 @@ def _select(
         if any(row == leader for _, row in chosen):
             continue
         item = next(i for i in ranked if i[1] == leader)
+        doc_id = corpus.chunks[leader].document_id
         replaceable = [i for i, (_, row) in enumerate(chosen) if row not in leaders]
-        if len(chosen) >= k and replaceable:
+        # A leader whose document is already at the cap takes the place of that document's weakest
+        # chunk, so the cap holds and other documents keep their places.
+        same_doc = [i for i in replaceable if corpus.chunks[chosen[i][1]].document_id == doc_id]
+        if same_doc and sum(corpus.chunks[row].document_id == doc_id for _, row in chosen) >= cap:
+            chosen.pop(same_doc[-1])
+        elif len(chosen) >= k and replaceable:
             chosen.pop(replaceable[-1])
         chosen.append(item)
         chosen.sort(key=lambda t: -t[0])

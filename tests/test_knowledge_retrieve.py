@@ -402,3 +402,18 @@ def test_kscout_ask_in_a_fresh_process_imports_no_torch_no_chromadb_no_docutils(
     assert json.loads(out.stderr.strip().splitlines()[-1]) == dict.fromkeys(
         ["torch", "sentence_transformers", "transformers", "chromadb", "docutils", "scipy"], False
     )
+
+
+def test_a_leader_from_a_document_at_the_cap_replaces_that_documents_weakest_chunk():
+    from types import SimpleNamespace
+
+    from knowledge.retrieve import _select
+
+    docs = {0: "a", 1: "a", 2: "b", 3: "c", 4: "a"}
+    corpus = SimpleNamespace(chunks={row: SimpleNamespace(document_id=d) for row, d in docs.items()})
+    ranked = [(0.9, 0), (0.8, 1), (0.7, 2), (0.6, 3), (0.5, 4)]  # row 4 (document a) leads another ranking
+    chosen = _select(corpus, ranked, k=4, cap=2, leaders={0, 4})
+    assert [row for _, row in chosen] == [0, 2, 3, 4]  # a's second chunk (row 1) gave way, b and c stay
+    # a leader from a document under the cap still takes the weakest place overall
+    chosen = _select(corpus, [(0.9, 0), (0.7, 2), (0.6, 3), (0.55, 1), (0.5, 4)], k=3, cap=2, leaders={4})
+    assert [row for _, row in chosen] == [0, 2, 4]
