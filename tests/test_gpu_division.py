@@ -9,14 +9,13 @@ template, the lowering. The naive `sum / N` fails the same check, so the emulati
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from kernel_files import import_file
 from lowering_cases import CASES, run_lowered
 from test_template_paths import PATHS, PROBLEMS, _candidate
 
@@ -46,11 +45,7 @@ def gpu_division(monkeypatch):
 def _module(source: str, name: str):
     path = Path(f"/tmp/{name}.py")
     path.write_text(source)
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # triton.jit reads the source through inspect
-    spec.loader.exec_module(module)
-    return module
+    return import_file(path, name)
 
 
 def _constant_rows(m: int, n: int, dtype=torch.bfloat16) -> torch.Tensor:

@@ -13,7 +13,6 @@ old form as the control; the Kahan one also compiles both for sm_90 to check tha
 (no reassociation folds it away).
 """
 
-import importlib.util
 import json
 import os
 import re
@@ -23,6 +22,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from kernel_files import import_file
 from lowering_cases import ref, run_lowered
 
 from agent.proposers import knobs as K
@@ -123,14 +123,6 @@ STATS_PATHS = {  # (knobs, row width): 8192 values a lane (per-lane Welford), 20
 }
 
 
-def _load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # triton.jit reads the source through inspect
-    spec.loader.exec_module(module)
-    return module
-
-
 def _unpivoted(source: str) -> str:
     """The same kernel with its statistics taken about zero (what the template wrote before)."""
     old = re.sub(r"\n\s*x = tl\.where\(cmask\[None, :\], x - pivot\[:, None\], 0\.0\)", "", source)
@@ -141,7 +133,7 @@ def _offset_layernorm_error(tmp_path: Path, source: str, n: int, tag: str) -> tu
     """(how far past the stress tolerance the worst element lies, 0 if within; PyTorch's own max error)."""
     path = tmp_path / f"layernorm_{tag}.py"
     path.write_text(source)
-    cand, ref_mod = _load(path, f"_offset_ln_{tag}"), _load(LAYERNORM, f"_offset_ln_ref_{tag}")
+    cand, ref_mod = import_file(path, f"_offset_ln_{tag}"), import_file(LAYERNORM, f"_offset_ln_ref_{tag}")
     ref_mod.M, ref_mod.N = 1, n
     torch.manual_seed(0)
     model = ref_mod.Model(*ref_mod.get_init_inputs())

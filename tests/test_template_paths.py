@@ -5,12 +5,11 @@ picks the path the fastest kernels use; and refinements follow the parent's diag
 from __future__ import annotations
 
 import hashlib
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from kernel_files import import_file
 
 from agent.proposers import knobs as K
 from agent.proposers.base import Action, ParentInfo, ProposeRequest
@@ -53,14 +52,6 @@ PATHS = {  # knob changes that make the CPU cases above take each path
 ROW_FAMILIES = ("layernorm", "rmsnorm", "add_rmsnorm", "softmax", "log_softmax", "cross_entropy", "row_sum")
 
 
-def _load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # triton.jit reads the source through inspect
-    spec.loader.exec_module(module)
-    return module
-
-
 def _candidate(tmp_path: Path, family: str, changes: dict):
     template = K.TEMPLATE_OF_FAMILY[family]
     knobs = K.validate(template, {**K.default_knobs(template), **changes})
@@ -68,13 +59,13 @@ def _candidate(tmp_path: Path, family: str, changes: dict):
     tag = hashlib.sha256(source.encode()).hexdigest()[:12]
     path = tmp_path / f"cand_{family}_{tag}.py"
     path.write_text(source)
-    return _load(path, f"_paths_{family}_{tag}"), tag
+    return import_file(path, f"_paths_{family}_{tag}"), tag
 
 
 def _check(tmp_path: Path, family: str, changes: dict, cases: list[dict], dtype: str = "float32") -> None:
     """Each case: reference weights loaded strictly, float64 reference, the default tolerance of the dtype."""
     cand, tag = _candidate(tmp_path, family, changes)
-    ref = _load(PROBLEMS / f"{family}.py", f"_paths_ref_{family}_{tag}")
+    ref = import_file(PROBLEMS / f"{family}.py", f"_paths_ref_{family}_{tag}")
     tol = getattr(ref, "TOLERANCES", {}).get(dtype) or (DEFAULT_TOLERANCES[dtype].atol, DEFAULT_TOLERANCES[dtype].rtol)
     torch_dtype = getattr(torch, dtype)
     for case in cases:

@@ -4,13 +4,12 @@ and its moves through the knob spaces do what they claim."""
 from __future__ import annotations
 
 import hashlib
-import importlib.util
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 import torch
+from kernel_files import import_file
 
 from agent.proposers import knobs as K
 from agent.proposers.base import Action, ParentInfo, ProposeRequest
@@ -26,21 +25,13 @@ TEMPLATES = Path(__file__).resolve().parents[1] / "agent" / "proposers" / "templ
 # ---------------------------------------------------------------- helpers: run a candidate like the harness
 
 
-def _load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # triton.jit reads the source through inspect
-    spec.loader.exec_module(module)
-    return module
-
-
 def _assert_computes_reference(tmp_path: Path, problem: str, source: str, dtype: str = "float32") -> None:
     """Every CPU shape case: same seed, reference weights loaded strictly, float64 reference, problem tolerance."""
     tag = hashlib.sha256(source.encode()).hexdigest()[:12]
     cand_path = tmp_path / f"cand_{problem}_{tag}.py"
     cand_path.write_text(source)
-    cand = _load(cand_path, f"_cand_{problem}_{tag}")
-    ref = _load(PROBLEMS / f"{problem}.py", f"_ref_{problem}_{tag}")
+    cand = import_file(cand_path, f"_cand_{problem}_{tag}")
+    ref = import_file(PROBLEMS / f"{problem}.py", f"_ref_{problem}_{tag}")
     atol, rtol = getattr(ref, "TOLERANCES", {}).get(dtype) or (
         DEFAULT_TOLERANCES[dtype].atol,
         DEFAULT_TOLERANCES[dtype].rtol,
@@ -221,8 +212,8 @@ def test_kernelbench_reference_candidate_mirrors_nested_parameters(tmp_path):
     (proposal,) = result.proposals
     path = tmp_path / "cand_kb.py"
     path.write_text(proposal.source)
-    cand = _load(path, "_cand_kb_ln")
-    module = _load(ref, "_ref_kb_ln")
+    cand = import_file(path, "_cand_kb_ln")
+    module = import_file(ref, "_ref_kb_ln")
     model = module.Model(97)
     with torch.no_grad():  # non-trivial affine values, so a kernel ignoring them would fail
         model.ln.weight.normal_(1.0, 0.1)
