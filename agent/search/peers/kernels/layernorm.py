@@ -73,7 +73,8 @@ def _stats(X, W, B, Y, base, rows, rmask, lo, hi, ROWS: tl.constexpr, BLOCK_N: t
     stable where sum(x^2) - n mean^2 is not."""
     # Statistics about a pivot, each row's first element of the span: with a large common offset (the
     # judge's x + 1e4) a running fp32 mean near 1e4 stops moving once its updates fall under half an ulp
-    # (5e-4 there), and 4M-wide rows came out 2-3e-3 off where PyTorch is 4e-4 off.
+    # (5e-4 there), and 4M-wide rows came out 2-3e-3 off where PyTorch is 4e-4 off. (`rows * 0 + lo`: the
+    # whole-row path passes lo as a literal 0, and the mask needs a tensor.)
     pivot = tl.load(X + base + lo, mask=rmask & (rows * 0 + lo < hi), other=0.0).to(tl.float32)
     mean = tl.zeros((ROWS, BLOCK_N), tl.float32)
     m2 = tl.zeros((ROWS, BLOCK_N), tl.float32)
