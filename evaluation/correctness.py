@@ -36,6 +36,9 @@ from evaluation.records import KernelInfo, ProblemInfo, ShapeCase, ShapeResult, 
 # judging a batch of candidates in threads runs at most this many at once (it ran out of an H200's
 # 140 GiB with eight at once next to eight workers).
 JUDGE_SLOTS = threading.BoundedSemaphore(2)
+# A judgement whose float64 output a search already keeps draws no inputs and runs no reference: only
+# the chunked comparison's temporaries (about 1 GiB), so more of them run at once.
+KEPT_JUDGE_SLOTS = threading.BoundedSemaphore(6)
 _OOM_RETRIES, _OOM_BACKOFF_S = 4, 0.5  # waits 0.5 + 1 + 2 + 4 s for the workers' peaks to pass
 
 N_INPUT_SETS = 4  # input sets rotated between timed calls
@@ -65,12 +68,43 @@ def problem_text(info: ProblemInfo) -> str:
 class References:
     """Problem modules, reference models and their state dicts, built once per parameter binding."""
 
-    def __init__(self, info: ProblemInfo, device: str, init_seed: int):
+    def __init__(self, info: ProblemInfo, device: str, init_seed: int, *, keep_bytes: int = 0):
+        """`keep_bytes`: how many bytes of float64 reference outputs to keep for later judgements of the
+        same inputs (a search's references, shared by all its candidates: evaluation/context.py)."""
         self.info, self.device, self.init_seed = info, device, init_seed
         self.text = problem_text(info)
         self._modules: dict[str, Any] = {}
         self._models: dict[str, torch.nn.Module] = {}
         self._models64: dict[tuple[str, str, str], torch.nn.Module] = {}
+        self.keep_bytes = keep_bytes
+        self._kept: dict[tuple, Any] = {}  # (case, dtype, trial) -> the float64 output
+        self._kept_bytes = 0
+        self._kept_lock = threading.Lock()
+        self.reused = 0  # judgements answered from a kept reference output
+
+    def kept(self, case: ShapeCase, trial: protocol.Trial) -> Any | None:
+        """The float64 reference output already computed for this case and trial, or None."""
+        if not self.keep_bytes:
+            return None
+        with self._kept_lock:
+            found = self._kept.get((self.key(case.params), case.dtype, trial.model_dump_json()))
+            if found is not None:
+                self.reused += 1
+            return found
+
+    def keep(self, case: ShapeCase, trial: protocol.Trial, expected: Any) -> None:
+        if not self.keep_bytes:
+            return
+        items = expected if isinstance(expected, (tuple, list)) else [expected]
+        nbytes = sum(t.nbytes for t in items if isinstance(t, torch.Tensor))
+        with self._kept_lock:
+            k = (self.key(case.params), case.dtype, trial.model_dump_json())
+            # Every candidate walks the same trials in the same order: evicting would make each miss
+            # what the next one needs, so once the budget is full nothing more is kept.
+            if k in self._kept or self._kept_bytes + nbytes > self.keep_bytes:
+                return
+            self._kept[k] = expected
+            self._kept_bytes += nbytes
 
     @staticmethod
     def key(params: dict[str, int]) -> str:
@@ -196,8 +230,9 @@ class Judge:
             tol = tol.model_copy(
                 update=dict(atol=tol.atol * STRESS_TOLERANCE_FACTOR, rtol=tol.rtol * STRESS_TOLERANCE_FACTOR)
             )
-        with JUDGE_SLOTS:  # drawing the inputs again takes device memory too
-            verdict = self._compare(case, trial, payload, strides, tol)
+        kept = self.refs.kept(case, trial)
+        with KEPT_JUDGE_SLOTS if kept is not None else JUDGE_SLOTS:  # drawing the inputs takes device memory too
+            verdict = self._compare(case, trial, payload, strides, tol, kept)
             if (
                 not verdict.passed
                 and trial.stress
@@ -215,19 +250,25 @@ class Judge:
                 )
             return verdict
 
-    def _compare(self, case: ShapeCase, trial: protocol.Trial, outputs: Any, strides: list, tol) -> Comparison:
+    def _compare(
+        self, case: ShapeCase, trial: protocol.Trial, outputs: Any, strides: list, tol, expected: Any = None
+    ) -> Comparison:
         """Draw the call's inputs again exactly as the worker did (same generator, same device), run the
         float64 reference on them and compare. Device memory is shared with the batch's workers: a draw
         that does not fit waits for their peaks to pass; a reference that does not fit runs on the host."""
         module = self.refs.module(case.params)
-        drawn = self._waiting_for_memory(lambda: trial_inputs(module, case.dtype, trial, self.device))
+        drawn = None
+        if expected is None:
+            drawn = self._waiting_for_memory(lambda: trial_inputs(module, case.dtype, trial, self.device))
         try:
-            try:
-                expected = self.refs.expected(case, drawn)
-            except torch.OutOfMemoryError:
-                host, drawn = _on_host(drawn), None
-                torch.cuda.empty_cache()
-                expected = self.refs.expected(case, host, "cpu")
+            if expected is None:
+                try:
+                    expected = self.refs.expected(case, drawn)
+                except torch.OutOfMemoryError:
+                    host, drawn = _on_host(drawn), None
+                    torch.cuda.empty_cache()
+                    expected = self.refs.expected(case, host, "cpu")
+                self.refs.keep(case, trial, expected)
             try:
                 verdict = compare(outputs, expected, case.dtype, tol)
             except torch.OutOfMemoryError:  # chunked, yet the batch's workers hold the device: judge on the host
@@ -356,10 +397,15 @@ class Outcome:
 class CorrectnessRun:
     """One candidate's correctness stage, as the parent sees it: the request, then every message."""
 
-    def __init__(self, source: str, info: ProblemInfo, device: str, trials: int, seed: int):
+    def __init__(
+        self, source: str, info: ProblemInfo, device: str, trials: int, seed: int, refs: References | None = None
+    ):
+        """`refs`: a search's shared references (with the same seed), else this run's own."""
         self.source, self.info, self.device = source, info, device
         self.seeds = [seed + t for t in range(trials)]
-        self.refs = References(info, device, seed)
+        self.refs = refs if refs is not None else References(info, device, seed)
+        if self.refs.init_seed != seed:
+            raise ValueError("the references were drawn for another seed")
         self.judge = Judge(self.refs, device)
         self.plans: dict[int, list[protocol.Trial]] = {}
         self.checks: dict[int, protocol.Trial] = {}

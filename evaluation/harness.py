@@ -15,12 +15,13 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import secrets
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from evaluation import protocol
+from evaluation import phases, protocol
 from evaluation.compare import Comparison
 from evaluation.correctness import (
     TIMING_TRIAL_OFFSET,
@@ -33,7 +34,16 @@ from evaluation.correctness import (
     write_inputs,
 )
 from evaluation.fingerprint import fingerprint, resolve_device
-from evaluation.isolation import Scratch, WorkerExit, WorkerProcess, last_progress, resolve_sandbox, run_worker, scrub
+from evaluation.isolation import (
+    TRITON_CACHE,
+    Scratch,
+    WorkerExit,
+    WorkerProcess,
+    last_progress,
+    resolve_sandbox,
+    run_worker,
+    scrub,
+)
 from evaluation.problem import load_problem
 from evaluation.records import (
     ALL_BASELINES,
@@ -54,6 +64,9 @@ from evaluation.records import (
 )
 from evaluation.static_check import check_source
 from evaluation.timing import NOT_MEASURED_CPU, quantile, speedup
+
+if TYPE_CHECKING:
+    from evaluation.context import SearchContext
 
 SHM = Path("/dev/shm")
 # Time the CPU with the host clock. Only tests set this: it runs the timing stage's checks (timed
@@ -135,13 +148,128 @@ def _stopped(stop: protocol.Stop) -> dict[str, Any]:
     )
 
 
-def _run(request_for, device: str, timeout_s: float, isolation: str, on_message) -> WorkerExit:
-    """One worker in a fresh scratch folder: `request_for(scratch, key)` writes its inputs."""
-    scratch = Scratch.make(scratch_root())
+def _take_warm(device: str, isolation: str) -> WorkerProcess | None:
+    from evaluation import pool
+
+    return pool.take(device, isolation, scratch_root())
+
+
+def _prestart(device: str, isolation: str, candidates: int, baselines: int) -> None:
+    """Warm workers for what this evaluation will need next (a check's worker, a timing's, the
+    baselines'), started now so that their imports overlap the work before them."""
+    from evaluation import pool
+
+    if candidates:
+        pool.reserve(device, isolation, candidates, scratch_root())
+    if baselines:
+        pool.reserve(device, "none", baselines, scratch_root())
+
+
+class _Pipelined:
+    """The parent's judgement of a worker's messages, in arrival order, on a thread of its own: while
+    one output is being compared, the next one is already crossing the pipe (the worker would
+    otherwise wait for every comparison before it may send again). At most `depth` messages wait, so
+    a fast worker cannot fill the parent's memory. Once `on_message` says the verdict is in (True),
+    the next `put` returns True and the caller stops the worker."""
+
+    def __init__(self, on_message, heard: dict[str, Any], depth: int = 2):
+        import queue
+
+        self.on_message, self.heard = on_message, heard
+        self.queue: "queue.Queue[tuple[protocol.Message, bytes] | None]" = queue.Queue(maxsize=depth)
+        self.verdict = False
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._loop, name="kscout-judge", daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            item = self.queue.get()
+            if item is None:
+                return
+            if self.verdict or self.error is not None:
+                continue  # the verdict is in: the rest is drained unread
+            t0 = time.perf_counter()
+            try:
+                if self.on_message(*item):
+                    self.verdict = True
+            except BaseException as exc:  # a harness fault: raised in the caller's thread at close
+                self.error = exc
+            finally:
+                self.heard["parent_s"] += time.perf_counter() - t0
+
+    def put(self, message: protocol.Message, blob: bytes) -> bool:
+        if not (self.verdict or self.error is not None):
+            self.queue.put((message, blob))
+        return self.verdict or self.error is not None
+
+    def close(self) -> None:
+        self.queue.put(None)
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+
+
+def _run(
+    request_for,
+    device: str,
+    timeout_s: float,
+    isolation: str,
+    on_message,
+    *,
+    plant: list[Path] | None = None,
+    after: Optional[Callable[[Scratch], None]] = None,
+) -> WorkerExit:
+    """One worker in its own scratch folder (a warm one from the pool where it keeps some):
+    `request_for(scratch, key)` writes its inputs. `plant`: Triton caches copied into a sandboxed
+    worker's cache before it starts (context.py); `after(scratch)` runs once it exited, before its
+    scratch folder is removed."""
+    warm = _take_warm(device, isolation)
+    scratch = warm.scratch if warm is not None else Scratch.make(scratch_root())
+    heard: dict[str, Any] = {"parent_s": 0.0}
+    judge = _Pipelined(on_message, heard)
+
+    def hear(message: protocol.Message, blob: bytes) -> bool:
+        if isinstance(message, protocol.Phases):
+            heard["worker"] = message
+            return False
+        return judge.put(message, blob)
+
     try:
         key = protocol.new_key()
+        t0 = time.time()
         request = request_for(scratch, key)
-        return run_worker(scratch, device, timeout_s, request, key=key, isolation=isolation, on_message=on_message)
+        heard["inputs_s"] = time.time() - t0
+        if plant and isolation == "bwrap":
+            from evaluation.context import plant_kernels
+
+            heard["planted"] = plant_kernels(plant, scratch.out_dir / TRITON_CACHE)
+        extra = {"worker": warm} if warm is not None else {}
+        try:
+            exit_ = run_worker(
+                scratch, device, timeout_s, request, key=key, isolation=isolation, on_message=hear, **extra
+            )
+        finally:
+            judge.close()  # every message that arrived is judged before the caller reads the outcome
+        if after is not None:
+            after(scratch)
+        if phases.active():
+            phases.record(
+                dict(
+                    role=request.mode,
+                    warm=warm is not None,
+                    candidates=len(request.candidates),
+                    cases=len(request.cases),
+                    parent_inputs_s=heard["inputs_s"],
+                    parent_judge_s=heard["parent_s"],
+                    planted=heard.get("planted", 0),
+                    spawned_at=warm.spawned_at if warm is not None else None,
+                    exited_at=time.time(),
+                    wall_s=exit_.wall_s,
+                    worker=heard["worker"].model_dump() if "worker" in heard else None,
+                )
+            )
+        return exit_
     finally:
         scratch.cleanup()
 
@@ -162,17 +290,21 @@ def evaluate(
     seed: int | None = None,
     baselines: tuple[str, ...] = BASELINES,
     sandbox: str | None = None,
+    context: "SearchContext | None" = None,
 ) -> EvalResult:
     """Judge one candidate. `seed` fixes the trial inputs (recorded in the result either way);
     `baselines` are those timed next to it (eager always: speedups are against it); `sandbox` is
-    auto | required | off (None: $KSCOUT_SANDBOX, else auto)."""
+    auto | required | off (None: $KSCOUT_SANDBOX, else auto). `context`: the search this evaluation
+    belongs to (its seed, references, baselines and compiled kernels; evaluation/context.py)."""
     started, t0 = _now(), time.monotonic()
     dev = resolve_device(device)
     info = _problem(problem, dev, overrides)
     if trials < 1:
         raise ValueError("trials must be >= 1")
     isolation = resolve_sandbox(sandbox, dev)
-    seed = secrets.randbelow(2**31 - 10**5) if seed is None else seed
+    seed = _seed(seed, context)
+    if _times_here(dev) and dev != "cpu":
+        _prestart(dev, isolation, 2 if time_it else 1, 1 if time_it else 0)
     base = dict(
         candidate_sha256=source_sha256(source),
         problem_id=info.problem_id,
@@ -223,8 +355,50 @@ def evaluate(
             message=first.describe() + more,
         )
 
-    run = CorrectnessRun(source, info, dev, trials, seed)
-    exit_ = _run(run.request, dev, timeout_s, isolation, run.on_message)
+    refs = context.references(info, dev) if context is not None and overrides is None else None
+    run = CorrectnessRun(source, info, dev, trials, seed, refs=refs)
+    sha = source_sha256(source)
+    keep = None
+    if context is not None and isolation == "bwrap":
+        keep = lambda scratch: context.stash_kernels(sha, scratch.out_dir / TRITON_CACHE)  # noqa: E731
+    exit_ = _run(run.request, dev, timeout_s, isolation, run.on_message, after=keep)
+    result = _judged(run, exit_, info, dev, timeout_s, finish, seen)
+    if context is not None and not result.passed:
+        context.drop_kernels(sha)
+    if not result.passed or not _times_here(dev) or not time_it:
+        return result
+    return time_many(
+        [(source, result)],
+        info,
+        device=dev,
+        timeout_s=timeout_s,
+        baselines=baselines,
+        seed=seed,
+        sandbox=sandbox,
+        trials=trials,
+        context=context,
+    )[0]
+
+
+def _seed(seed: int | None, context: "SearchContext | None") -> int:
+    if context is not None:
+        if seed is not None and seed != context.seed:
+            raise ValueError("an evaluation in a search context uses the context's seed")
+        return context.seed
+    return secrets.randbelow(2**31 - 10**5) if seed is None else seed
+
+
+def _judged(
+    run: CorrectnessRun,
+    exit_: WorkerExit,
+    info: ProblemInfo,
+    dev: str,
+    timeout_s: float,
+    finish: Callable[..., EvalResult],
+    seen: dict[str, protocol.Accounting],
+) -> EvalResult:
+    """The correctness stage's verdict from what the parent judged and how the worker ended
+    (`seen` gets the worker's accounting, which `finish` reads)."""
     common = dict(shape_results=tuple(run.outcome.shape_results), seeds=tuple(run.seeds), stderr_tail=exit_.stderr_tail)
     out = run.outcome
     if exit_.forged:
@@ -272,19 +446,7 @@ def evaluate(
         )
     if not _times_here(dev):
         return finish(status=Status.passed, timing_note=NOT_MEASURED_CPU, **common)
-    checked = finish(status=Status.passed, timing_note="timing not requested", **common)
-    if not time_it:
-        return checked
-    return time_many(
-        [(source, checked)],
-        info,
-        device=dev,
-        timeout_s=timeout_s,
-        baselines=baselines,
-        seed=seed,
-        sandbox=sandbox,
-        trials=trials,
-    )[0]
+    return finish(status=Status.passed, timing_note="timing not requested", **common)
 
 
 def timed_cases(info: ProblemInfo) -> list[tuple[int, ShapeCase]]:
@@ -484,6 +646,30 @@ def _time_baselines(
     return measured, sizes
 
 
+def _baselines_for(
+    info: ProblemInfo,
+    dev: str,
+    seed: int,
+    refs: References,
+    baselines: tuple[str, ...],
+    timeout_s: float,
+    context: "SearchContext | None",
+) -> tuple[dict[int, dict[str, Baseline]], dict[int, tuple[int, int]]]:
+    """The baselines of every timed case: from the search's context where it timed them already (same
+    seed, same input sets), the rest timed now and remembered there."""
+    if context is None:
+        return _time_baselines(info, dev, seed, refs, baselines, timeout_s)
+    indices = [index for index, _ in timed_cases(info)]
+    measured, sizes, missing = context.measured(info, dev, baselines, indices)
+    if missing:
+        fresh, fresh_sizes = _time_baselines(info, dev, seed, refs, tuple(missing), timeout_s)
+        context.remember(info, dev, fresh, fresh_sizes)
+        for index, by_name in fresh.items():
+            measured.setdefault(index, {}).update(by_name)
+        sizes.update(fresh_sizes)
+    return measured, sizes
+
+
 def time_many(
     items: list[tuple[str, EvalResult]],
     problem: ProblemInfo | str,
@@ -494,6 +680,7 @@ def time_many(
     seed: int | None = None,
     sandbox: str | None = None,
     trials: int | None = None,
+    context: "SearchContext | None" = None,
 ) -> list[EvalResult]:
     """Time candidates that passed correctness (`evaluate(..., time_it=False)`), all in one process.
 
@@ -513,18 +700,21 @@ def time_many(
     if not todo:
         return out
     isolation = resolve_sandbox(sandbox, dev)
-    seed = secrets.randbelow(2**31 - 10**5) if seed is None else seed
+    seed = _seed(seed, context)
     if trials is None:
         trials = max((r.trials for i in todo for r in items[i][1].shape_results), default=1)
         trials = min(trials, 3)
-    refs = References(info, dev, seed)
+    refs = context.references(info, dev) if context is not None else References(info, dev, seed)
     t0 = time.monotonic()
     sources = [items[i][0] for i in todo]
-    timed = _time_batch(sources, info, dev, seed, refs, trials, timeout_s * len(todo), isolation)
+    kernels = (lambda srcs: context.kernels([source_sha256(x) for x in srcs])) if context else (lambda srcs: [])
+    timed = _time_batch(sources, info, dev, seed, refs, trials, timeout_s * len(todo), isolation, kernels(sources))
     if timed is None:  # the shared process failed: one process each, so the culprit gets its own status
-        timed = [_time_batch([s], info, dev, seed, refs, trials, timeout_s, isolation)[0] for s in sources]
+        timed = [
+            _time_batch([s], info, dev, seed, refs, trials, timeout_s, isolation, kernels([s]))[0] for s in sources
+        ]
     if any(f["status"] is Status.passed for f in timed):
-        measured, sizes = _time_baselines(info, dev, seed, refs, baselines, timeout_s)
+        measured, sizes = _baselines_for(info, dev, seed, refs, baselines, timeout_s, context)
     else:
         measured, sizes = {}, {}
     elapsed = (time.monotonic() - t0) / len(todo)
@@ -564,13 +754,14 @@ def _time_batch(
     trials: int,
     timeout_s: float,
     isolation: str,
+    kernels: list[Path] | None = None,
 ) -> list[dict] | None:
     """One timing process for `sources`: per source, the fields to update its EvalResult with (with the
     raw "stats" of a passing one). None when the process failed as a whole with several sources (the
     caller retries each alone); with a single source, that failure is the source's own status."""
     names = [str(i) for i in range(len(sources))]
     run = TimedRun(info, dev, seed, refs, trials, names, sources)
-    exit_ = _run(run.request, dev, timeout_s, isolation, run.on_message)
+    exit_ = _run(run.request, dev, timeout_s, isolation, run.on_message, plant=kernels)
     whole = None
     if exit_.forged:
         whole = _forged(exit_, Stage.timing)
@@ -693,11 +884,14 @@ class _Remeasure:
     """Two workers, one with the candidates (sandboxed) and one with the baselines (no candidate code),
     driven round by round from here so that drift hits both alike."""
 
-    def __init__(self, info, dev, seed, refs, names, sources, baselines, rounds, per_round, timeout_s, isolation):
+    def __init__(
+        self, info, dev, seed, refs, names, sources, baselines, rounds, per_round, timeout_s, isolation, kernels=()
+    ):
         self.info, self.dev, self.rounds, self.timeout_s = info, dev, rounds, timeout_s
         self.run = TimedRun(info, dev, seed, refs, 1, names, sources)
-        self.cand_scratch = Scratch.make(scratch_root())
-        self.base_scratch = Scratch.make(scratch_root())
+        warm_cand, warm_base = _take_warm(dev, isolation), _take_warm(dev, "none")
+        self.cand_scratch = warm_cand.scratch if warm_cand is not None else Scratch.make(scratch_root())
+        self.base_scratch = warm_base.scratch if warm_base is not None else Scratch.make(scratch_root())
         ck, bk = protocol.new_key(), protocol.new_key()
         timing_req = self.run.request(self.cand_scratch, ck)
         cand_req = timing_req.model_copy(
@@ -709,8 +903,13 @@ class _Remeasure:
         )
         base_req = _baseline_request(info, dev, seed, refs, list(baselines), "remeasure")(self.base_scratch, bk)
         base_req = base_req.model_copy(update=dict(samples_per_round=per_round))
-        self.cand = WorkerProcess(self.cand_scratch, dev, key=ck, isolation=isolation, timeout_s=timeout_s)
-        self.base = WorkerProcess(self.base_scratch, dev, key=bk, isolation="none", timeout_s=timeout_s)
+        if kernels and isolation == "bwrap":
+            from evaluation.context import plant_kernels
+
+            plant_kernels(list(kernels), self.cand_scratch.out_dir / TRITON_CACHE)
+        self.cand = warm_cand or WorkerProcess(self.cand_scratch, dev, key=ck, isolation=isolation, timeout_s=timeout_s)
+        self.base = warm_base or WorkerProcess(self.base_scratch, dev, key=bk, isolation="none", timeout_s=timeout_s)
+        self.cand.timeout_s = self.base.timeout_s = timeout_s
         self.cand.start(cand_req)
         self.base.start(base_req)
         self.prepared: dict[tuple[str, int], protocol.Prepared] = {}
@@ -796,6 +995,7 @@ def remeasure(
     seed: int | None = None,
     baselines: tuple[str, ...] = ("eager",),
     sandbox: str | None = None,
+    context: "SearchContext | None" = None,
 ) -> RemeasureResult:
     """Time every candidate and the baselines interleaved round by round: the candidates in one
     (sandboxed) process, the baselines in another that never ran a candidate, alternated by the parent.
@@ -804,6 +1004,8 @@ def remeasure(
     `baselines`, the compiled reference joins the rotation and each case carries its ratio too.
     Each candidate's timed call is re-run on fresh inputs after the rounds and judged: a wrong one gets
     an error instead of numbers. A win is `significant` only when every round's ratio is above 1.
+    `context`: only the candidates' compiled kernels are taken from the search; the seed, the inputs
+    and the baselines are this re-measure's own, so the verdict rests on nothing measured before.
     """
     started, t0 = _now(), time.monotonic()
     dev = resolve_device(device)
@@ -845,6 +1047,7 @@ def remeasure(
         samples_per_round,
         timeout_s,
         isolation,
+        context.kernels([shas[n] for n in names]) if context is not None else (),
     )
     try:
         failure = rm.drive()

@@ -106,6 +106,7 @@ KEEP_PREFIXES = (
 )
 SandboxMode = Literal["auto", "required", "off"]
 SANDBOX_MODES = ("auto", "required", "off")
+TRITON_CACHE = ".triton-cache"  # a sandboxed worker's Triton cache, in its out/ folder
 SANDBOX_UID_BASE = 200_000  # uids no account uses, one per concurrent sandbox when kscout runs as root
 GPU_DEVICE_GLOBS = ("nvidia*", "nvidia-caps", "dri", "kfd")
 
@@ -513,25 +514,51 @@ class WorkerProcess:
         scratch: Scratch,
         device: str,
         *,
-        key: bytes,
+        key: bytes | None = None,
         isolation: str,
         timeout_s: float,
         limits: protocol.Limits | None = None,
+        warm: bool = False,
     ):
+        """`key`: the MAC key the request will carry (None: taken from the request at `start`).
+        `warm`: the process warms up for `device` (imports, CUDA context) as soon as it is spawned,
+        before its request exists (evaluation/pool.py)."""
         self.scratch, self.device, self.isolation, self.timeout_s = scratch, device, isolation, timeout_s
         self.limits = limits or default_limits(device, timeout_s)
         self.key = key
-        self.reader = protocol.FrameReader(self.key)
+        self.warm = warm
+        self.reader = protocol.FrameReader(key or b"")
         self.proc: subprocess.Popen | None = None
         self.eof = False
         self.forged: str | None = None
         self._queue: list[tuple[protocol.Message, bytes]] = []
         self._start = 0.0
+        self.spawned_at = 0.0  # time.time() at spawn, and when the request went out
+        self.request_at = 0.0
         self._stderr = scratch.root / "stderr.txt"
 
     def start(self, request: protocol.WorkerRequest) -> None:
-        if request.key != self.key.hex():
+        """Send the request, spawning the process first unless `spawn` already did; the time limit
+        counts from here."""
+        if self.key is not None and request.key != self.key.hex():
             raise ValueError("the request must carry this worker's key")
+        self.key = bytes.fromhex(request.key)
+        self.reader = protocol.FrameReader(self.key)
+        if self.proc is None:
+            self.spawn()
+        elif self.isolation == "bwrap":  # the inputs were written after the spawn: let its uid read them
+            _prepare_for_uid(self.scratch, self._uid)
+        self._start = time.monotonic()
+        self.request_at = time.time()
+        frame = protocol.request_frame(request)
+        # The request can exceed a pipe's buffer: write it from a thread, so a worker that dies first
+        # (EPIPE) or reads late cannot block the parent.
+        threading.Thread(target=self._write, args=(frame,), daemon=True).start()
+
+    def spawn(self) -> None:
+        """Start the process; it sets its limits, warms up if asked, and waits for its request."""
+        if self.proc is not None:
+            raise RuntimeError("this worker was spawned already")
         req_r, req_w = os.pipe()
         res_r, res_w = os.pipe()
         widen_pipe(res_r)
@@ -550,17 +577,24 @@ class WorkerProcess:
             "--limits",
             limits.model_dump_json(),
         ]
+        if self.warm:
+            argv += ["--warm", self.device]
         env = worker_env(self.device)
+        self._uid: int | None = None
         if self.isolation == "bwrap":
-            uid = _sandbox_uid()
+            uid = self._uid = _sandbox_uid()
             _prepare_for_uid(self.scratch, uid)
             if uid is not None:
                 argv += ["--uid", str(uid)]
             cmd = _bwrap_args(self.scratch, self.device, uid) + [sys.executable, *argv]
             env = _sandbox_env(env)
+            # Triton's cache in the worker's own out/ folder (not its /tmp), so the parent can carry a
+            # passing candidate's compiled kernels from its check to its own timing (harness.py)
+            env["TRITON_CACHE_DIR"] = str(self.scratch.out_dir / TRITON_CACHE)
         else:
             cmd = [sys.executable, *argv]
         self._start = time.monotonic()
+        self.spawned_at = time.time()
         try:
             with open(self._stderr, "wb") as err:
                 self.proc = subprocess.Popen(
@@ -578,10 +612,6 @@ class WorkerProcess:
             os.close(res_w)
         self._out = res_r
         self._in = req_w
-        frame = protocol.request_frame(request)
-        # The request can exceed a pipe's buffer: write it from a thread, so a worker that dies first
-        # (EPIPE) or reads late cannot block the parent.
-        threading.Thread(target=self._write, args=(frame,), daemon=True).start()
 
     def _write(self, data: bytes) -> None:
         try:
@@ -666,10 +696,16 @@ def run_worker(
     isolation: str,
     on_message: Callable[[protocol.Message, bytes], bool] | None = None,
     limits: protocol.Limits | None = None,
+    worker: "WorkerProcess | None" = None,
 ) -> WorkerExit:
     """Run one worker to its end. `on_message` gets every verified message; True means the caller has
-    its verdict and the worker is killed. A forged frame, the deadline or the worker's exit end it."""
-    worker = WorkerProcess(scratch, device, key=key, isolation=isolation, timeout_s=timeout_s, limits=limits)
+    its verdict and the worker is killed. A forged frame, the deadline or the worker's exit end it.
+    `worker`: one spawned ahead of need for `scratch` (a warm worker from evaluation/pool.py); else a
+    new process is started here."""
+    if worker is None:
+        worker = WorkerProcess(scratch, device, key=key, isolation=isolation, timeout_s=timeout_s, limits=limits)
+    elif worker.scratch != scratch:
+        raise ValueError("a spawned worker runs in its own scratch folder")
     worker.start(request)
     timed_out = stopped = False
     quiet_since: float | None = None

@@ -243,8 +243,17 @@ class Done(Wire):
     error_classes: dict[str, str] = {}
 
 
-Message = Union[Outputs, Accounting, Timed, Prepared, RoundResult, Stop, Done]
-_MESSAGE = TypeAdapter(Union[Outputs, Accounting, Timed, Prepared, RoundResult, Stop, Done])
+class Phases(Wire):
+    """Where the worker's time went (diagnostics for the throughput bench, never a verdict): wall-clock
+    stamps (`time.time()`, which parent and worker share) and seconds spent per kind of work."""
+
+    kind: Literal["phases"] = "phases"
+    stamps: dict[str, float] = {}
+    seconds: dict[str, float] = {}
+
+
+Message = Union[Outputs, Accounting, Timed, Prepared, RoundResult, Stop, Done, Phases]
+_MESSAGE = TypeAdapter(Union[Outputs, Accounting, Timed, Prepared, RoundResult, Stop, Done, Phases])
 _COMMAND = TypeAdapter(Union[RoundCommand, NextCase])
 
 

@@ -31,11 +31,14 @@ import hashlib
 import importlib.util
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
-from evaluation import protocol
-from evaluation.guards import Verdict
+_STARTED = time.time()  # the interpreter is up and this module is being imported
+
+from evaluation import protocol  # noqa: E402
+from evaluation.guards import Verdict  # noqa: E402
 
 COMPILE_MODES = {"torch_compile": None, "torch_compile_max_autotune": "max-autotune-no-cudagraphs"}
 
@@ -81,6 +84,113 @@ def matmul_precision(problem_module) -> None:
 
     value = getattr(problem_module, "FLOAT32_MATMUL_PRECISION", "highest")
     torch.set_float32_matmul_precision(value if value in ("highest", "high") else "highest")
+
+
+def _process_started() -> float | None:
+    """When this process was started (`time.time()` scale), from /proc: the interpreter's start and the
+    `evaluation` package's imports (torch among them) come before any line of this module."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        ticks = int(fields[19])  # field 22 of stat: start time in clock ticks after boot
+        boot = next(
+            int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime")
+        )
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+class Clock:
+    """Seconds per kind of work in this process, and wall-clock stamps: the worker's half of the
+    throughput bench's phase table (`protocol.Phases`). Diagnostics only; nothing is judged on them."""
+
+    def __init__(self) -> None:
+        self.stamps: dict[str, float] = {"started": _STARTED}
+        process = _process_started()
+        if process is not None:
+            self.stamps["process"] = process
+        self.seconds: dict[str, float] = {}
+        self.open: list[str] = []  # spans in progress, innermost last
+
+    def stamp(self, name: str) -> None:
+        self.stamps[name] = time.time()
+
+    def add(self, name: str, seconds: float, *, exclusive: bool = False) -> None:
+        """`exclusive`: the seconds belong to `name` alone, so the span they happened in gives them up
+        (a Triton compile inside a correctness call is compile time, not correctness time)."""
+        self.seconds[name] = self.seconds.get(name, 0.0) + seconds
+        if exclusive and self.open and self.open[-1] != name:
+            outer = self.open[-1]
+            self.seconds[outer] = self.seconds.get(outer, 0.0) - seconds
+
+    def timed(self, name: str):
+        clock = self
+
+        class _Span:
+            def __enter__(self):
+                clock.open.append(name)
+                self.t0 = time.perf_counter()
+
+            def __exit__(self, *exc):
+                clock.open.pop()
+                clock.add(name, time.perf_counter() - self.t0, exclusive=True)
+
+        return _Span()
+
+    def watch_triton(self) -> None:
+        """Count the seconds inside Triton's compiler and its launcher/module loading (gcc for the
+        launcher stub, cubin load) as `compile`, whichever Triton version is here."""
+        try:
+            from triton.compiler.compiler import CompiledKernel
+            from triton.runtime.jit import JITFunction
+        except Exception:
+            return
+        for owner, name in ((JITFunction, "_do_compile"), (CompiledKernel, "_init_handles")):
+            original = getattr(owner, name, None)
+            if original is None or getattr(original, "_kscout_clocked", False):
+                continue
+
+            def clocked(*args, _original=original, **kwargs):
+                t0 = time.perf_counter()
+                try:
+                    return _original(*args, **kwargs)
+                finally:
+                    CLOCK.add("compile", time.perf_counter() - t0, exclusive=True)
+
+            clocked._kscout_clocked = True  # type: ignore[attr-defined]
+            setattr(owner, name, clocked)
+
+    def message(self) -> protocol.Phases:
+        return protocol.Phases(stamps=dict(self.stamps), seconds=dict(self.seconds))
+
+
+CLOCK = Clock()
+
+
+def warm_up(device: str) -> None:
+    """What every request needs, done before the request exists (a warm worker, evaluation/pool.py):
+    torch, Triton and the harness's modules imported, and on a GPU the CUDA context made, the
+    profiler and dynamo imported and Triton's driver utilities built. No candidate code exists in this
+    process yet; the request, and with it the candidate, arrives only afterwards, and the worker still
+    runs exactly one request and exits."""
+    import torch
+    import triton  # noqa: F401
+
+    from evaluation import binding, emulation, guards, inputs, problem, timing  # noqa: F401
+
+    if device == "cuda":
+        torch.cuda.init()
+        torch.empty(1, device="cuda")
+        torch.cuda.synchronize()
+        import torch._dynamo  # noqa: F401
+        import torch.profiler  # noqa: F401
+
+        try:
+            from triton.runtime import driver
+
+            driver.active.utils  # noqa: B018  (builds and loads Triton's CUDA helper module once)
+        except Exception:
+            pass  # the request will meet the same failure and report it as its own
 
 
 def import_candidate(path: Path, name: str = "candidate"):
@@ -152,10 +262,13 @@ class Worker:
         return trial_inputs(pm, case.dtype, trial, self.device)
 
     def send_outputs(self, out: Any, case: protocol.CaseSpec, phase: str, trial: int = 0, candidate: str = "") -> None:
-        parts, strides = protocol.package_parts(out)
-        self.ch.send(
-            protocol.Outputs(index=case.index, candidate=candidate, phase=phase, trial=trial, strides=strides), parts
-        )
+        with CLOCK.timed("to_host"):
+            parts, strides = protocol.package_parts(out)
+        with CLOCK.timed("transport"):  # MAC'd writes, and waiting for the parent to read them
+            self.ch.send(
+                protocol.Outputs(index=case.index, candidate=candidate, phase=phase, trial=trial, strides=strides),
+                parts,
+            )
 
     def make_bench(self):
         from evaluation.timing import Bench, HostBench
@@ -173,6 +286,7 @@ class Worker:
         # On a CPU under the interpreter, the candidate sees the target GPU (its CUDA view, its launch
         # limits); a no-op on a real GPU. Installed before the launch counter wraps the same entry points.
         emulation.install(device=self.device)
+        CLOCK.watch_triton()
         self.counter = LaunchCounter()
         self.counter.install()
         with ComputeWatch():  # exercise the mode once, so lazy imports it triggers precede the snapshot
@@ -185,6 +299,7 @@ class Worker:
             import torch._dynamo  # noqa: F401
             import torch.profiler  # noqa: F401
         self.snapshot = HarnessSnapshot()
+        CLOCK.stamp("armed")
 
     def check_harness(self, stage: str) -> None:
         changed = self.snapshot.changed()
@@ -275,10 +390,11 @@ class Worker:
                 raise Verdict("crashed", stage, type(exc).__name__, f"drawing inputs for {where}: {one_line(exc)}")
             poison_memory(self.device, inputs)
             progress(case.case_id, f"trial {t}")
-            if t == 0 and self.device == "cuda":  # the kernels of one eager forward, from the profiler
-                out = self.profiled(name, False, lambda xs=inputs: self.call(model, xs, where, stage, name=name))
-            else:
-                out = self.call(model, inputs, where, stage, name=name)
+            with CLOCK.timed("correctness"):
+                if t == 0 and self.device == "cuda":  # the kernels of one eager forward, from the profiler
+                    out = self.profiled(name, False, lambda xs=inputs: self.call(model, xs, where, stage, name=name))
+                else:
+                    out = self.call(model, inputs, where, stage, name=name)
             changed = mutated(inputs, pristine)
             if changed:
                 raise Verdict("rejected", stage, "MutatedInput", f"forward modified input(s) {changed} on {where}")
@@ -287,14 +403,17 @@ class Worker:
         if not (self.device == "cuda" or timed) or not case.timing_sets or case.check is None:
             return None
         bench = self.bench or self.make_bench()
-        runner = self.prepare(bench, model, case, stage, name)
+        with CLOCK.timed("prepare"):
+            runner = self.prepare(bench, model, case, stage, name)
         stats = None
         if timed:
             progress(case.case_id, f"timing {name}")
-            stats, checks = bench.measure(runner)
+            with CLOCK.timed("timing"):
+                stats, checks = bench.measure(runner)
             for phase, (set_index, outputs) in checks.items():
                 self.send_outputs(outputs, case, phase, set_index, name)
-        self.send_check(runner, pm, case, stage, name)
+        with CLOCK.timed("correctness"):
+            self.send_check(runner, pm, case, stage, name)
         del runner
         return stats
 
@@ -312,7 +431,8 @@ class Worker:
         """`run()` under the profiler; its device kernels are kept for the parent to classify."""
         from evaluation.guards import profile_kernels
 
-        out, kernels, error = profile_kernels(run, replay)
+        with CLOCK.timed("profiler"):
+            out, kernels, error = profile_kernels(run, replay)
         seen = self.note(name)
         seen["profiled"].extend(kernels)
         seen["error"] = seen["error"] or error
@@ -507,7 +627,8 @@ class Worker:
                 )
                 for name in self.req.baselines:
                     try:
-                        stats, _ = bench.measure(bench.prepare(self._baseline_fn(name, ref), sets))
+                        with CLOCK.timed(f"baseline:{name}"):
+                            stats, _ = bench.measure(bench.prepare(self._baseline_fn(name, ref), sets))
                         self.ch.send(
                             protocol.Timed(index=case.index, candidate=name, stats=stats.model_dump(), **sizes)
                         )
@@ -617,6 +738,16 @@ class Worker:
                 )
 
     def run(self) -> None:
+        try:
+            self._run_mode()
+        finally:
+            CLOCK.stamp("finished")
+            try:
+                self.ch.send(CLOCK.message())
+            except OSError:
+                pass  # the parent has its verdict and closed the pipe
+
+    def _run_mode(self) -> None:
         mode = self.req.mode
         try:
             {
@@ -646,13 +777,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--in-dir", required=True)
     parser.add_argument("--limits", required=True)
     parser.add_argument("--uid", type=int)
+    parser.add_argument("--warm", choices=("cpu", "cuda"), help="warm up for this device before the request")
     args = parser.parse_args(argv)
     if args.uid is not None:
         drop_privileges(args.uid)
     apply_limits(protocol.Limits.model_validate_json(args.limits))
     os.umask(0o077)
     channel = protocol.WorkerChannel(args.in_fd, args.out_fd)
-    request = channel.read_request()
+    CLOCK.stamp("main")
+    if args.warm:
+        warm_up(args.warm)
+        CLOCK.stamp("warm")
+    try:
+        request = channel.read_request()
+    except protocol.ProtocolError:
+        if args.warm:  # a warm worker nobody needed: the pool closed its pipe
+            return
+        raise
+    CLOCK.stamp("request")
     if request.mode != "remeasure":
         os.close(args.in_fd)  # nothing more comes from the parent; nothing for the candidate to read
     try:

@@ -385,3 +385,40 @@ def _cmdline(pid: str) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
     except OSError:
         return ""
+
+
+# Through warm workers (evaluation/pool.py): the process was started, limited, sandboxed and warmed up
+# before the request existed, and the cheat arrives with the request. Each barrier must hold the same.
+THROUGH_WARM = (
+    "cheat_zeros",
+    "cheat_reads_parent_environ",
+    "cheat_kills_parent",
+    "cheat_never_returns",
+    "cheat_os_exit",
+)
+
+
+@pytest.mark.parametrize("stem", THROUGH_WARM)
+def test_through_a_warm_worker_a_cheat_gets_the_same_verdict(stem, world, monkeypatch):
+    from evaluation import pool
+
+    cheat = CASES[stem]
+    verdict, sandbox = cheat.verdict, "auto"
+    if cheat.unchecked is not None:  # the barrier behind the static check is the one to test here
+        if cheat.sandbox and not SANDBOX.ok:
+            pytest.skip(f"needs the OS sandbox, and none can be made here: {SANDBOX.reason}")
+        monkeypatch.setattr(harness, "check_source", lambda source, module=None: StaticReport(None, True, ()))
+        verdict, sandbox = cheat.unchecked, "required" if cheat.sandbox else "auto"
+    monkeypatch.setenv("KSCOUT_WARM_WORKERS", "1")
+    pool.close_all()
+    try:
+        isolation = harness.resolve_sandbox(sandbox, "cpu")
+        warm = pool.pool("cpu", isolation, harness.scratch_root())
+        warm.fill()
+        time.sleep(1.0)  # let it warm up past the point where the request would arrive
+        result = _run(stem, cheat, world, monkeypatch, sandbox=sandbox)
+        assert warm.handed == 1  # the candidate ran in the warm worker, not in a fresh process
+    finally:
+        pool.close_all()
+    _assert_verdict(result, verdict)
+    _check_details(stem, result, world)

@@ -56,10 +56,14 @@ class LocalExecutor(BatchExecutor):
         sandbox: Optional[str] = None,
     ):
         """`evaluator`: what runs candidates (the `evaluation` package; tests pass a stand-in with the
-        same functions: evaluate, time_many, remeasure, fingerprint, resolve_device)."""
+        same functions: evaluate, time_many, remeasure, fingerprint, resolve_device). With the real
+        evaluator, each problem's evaluations share one `evaluation.context.SearchContext` (one seed,
+        the references, the baselines, the compiled kernels) and warm workers wait for the checks."""
         self._ev = evaluator if evaluator is not None else importlib.import_module("evaluation")
         super().__init__(self._ev.resolve_device(device), workers, timeout_s, trials, sandbox)
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kscout-eval")
+        self._contexts: Optional[dict[str, Any]] = {} if evaluator is None else None
+        self._contexts_lock = threading.Lock()
         self._device_lock = SharedExclusiveLock()
         self._busy = 0  # jobs in flight, for the reaper
         self._busy_lock = threading.Lock()
@@ -67,6 +71,25 @@ class LocalExecutor(BatchExecutor):
 
     def _fingerprint(self) -> Fingerprint:
         return self._ev.fingerprint(self.device)
+
+    def _context(self, problem: ProblemInfo) -> dict[str, Any]:
+        """`context=` for the evaluator: the problem's search context (created, and warm workers
+        reserved for a batch's checks and its timing, on first use)."""
+        if self._contexts is None:
+            return {}
+        with self._contexts_lock:
+            ctx = self._contexts.get(problem.problem_id)
+            if ctx is None:
+                from evaluation import harness, pool
+                from evaluation.context import SearchContext
+                from evaluation.isolation import resolve_sandbox
+
+                ctx = self._contexts[problem.problem_id] = SearchContext(scratch_root=harness.scratch_root())
+                isolation = resolve_sandbox(self.sandbox_kw.get("sandbox"), self.device)
+                pool.reserve(self.device, isolation, self.workers + 1, harness.scratch_root())
+                if self.device != "cpu":
+                    pool.reserve(self.device, "none", 1, harness.scratch_root())
+        return {"context": ctx}
 
     # -- jobs ----------------------------------------------------------------------------------------
     @contextmanager
@@ -91,6 +114,7 @@ class LocalExecutor(BatchExecutor):
                 trials=self.trials,
                 time_it=False,
                 **self.sandbox_kw,
+                **self._context(problem),
             )
 
     def _check(self, source: str, problem: ProblemInfo, *, alone: bool) -> "Future[EvalResult]":
@@ -102,7 +126,13 @@ class LocalExecutor(BatchExecutor):
         with self._job(), self._device_lock.exclusive():
             self._open()
             return self._ev.time_many(
-                items, problem, device=self.device, timeout_s=self.timeout_s, baselines=baselines, **self.sandbox_kw
+                items,
+                problem,
+                device=self.device,
+                timeout_s=self.timeout_s,
+                baselines=baselines,
+                **self.sandbox_kw,
+                **self._context(problem),
             )
 
     def _remeasure(
@@ -111,7 +141,13 @@ class LocalExecutor(BatchExecutor):
         with self._job(), self._device_lock.exclusive():
             self._open()
             return self._ev.remeasure(
-                sources, problem, device=self.device, rounds=rounds, baselines=baselines, **self.sandbox_kw
+                sources,
+                problem,
+                device=self.device,
+                rounds=rounds,
+                baselines=baselines,
+                **self.sandbox_kw,
+                **self._context(problem),
             )
 
     # -- stopping ------------------------------------------------------------------------------------
@@ -141,3 +177,9 @@ class LocalExecutor(BatchExecutor):
         self._pool.shutdown(wait=True, cancel_futures=True)
         if self._reaper is not None:
             self._reaper.join()
+        with self._contexts_lock:
+            contexts = list((self._contexts or {}).values())
+            if self._contexts is not None:
+                self._contexts.clear()
+        for ctx in contexts:
+            ctx.close()

@@ -1,0 +1,229 @@
+"""Warm workers (evaluation/pool.py), search contexts (evaluation/context.py) and the pipelined judge,
+on the CPU with real worker processes (sandboxed where bubblewrap works here)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from evaluation import evaluate, harness, load_problem, phases, pool, protocol, time_many
+from evaluation.context import SearchContext, plant_kernels
+from evaluation.isolation import resolve_sandbox
+from evaluation.records import Status
+
+ROOT = Path(__file__).parent.parent
+SEED = (ROOT / "evaluation" / "seeds" / "layernorm.py").read_text()
+SMALL = {"M": 2}
+
+
+@pytest.fixture
+def warm(monkeypatch):
+    """One warm worker kept for the CPU (the default keeps none there)."""
+    monkeypatch.setenv("KSCOUT_WARM_WORKERS", "1")
+    pool.close_all()
+    isolation = resolve_sandbox(None, "cpu")
+    yield pool.pool("cpu", isolation, harness.scratch_root())
+    pool.close_all()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _facts(result):
+    return (
+        result.status,
+        [(r.case_id, r.passed, r.max_abs_error, r.seeds) for r in result.shape_results],
+        [k.name for k in result.kernels],
+        result.triton_launches,
+    )
+
+
+def test_the_default_keeps_no_warm_worker_on_a_cpu_and_a_number_overrides_it(monkeypatch):
+    monkeypatch.delenv("KSCOUT_WARM_WORKERS", raising=False)
+    assert pool.warm_count("cpu") == 0
+    monkeypatch.setenv("KSCOUT_WARM_WORKERS", "3")
+    assert pool.warm_count("cpu") == 3
+    monkeypatch.setenv("KSCOUT_WARM_WORKERS", "off")
+    assert pool.warm_count("cuda") == 0
+    monkeypatch.setenv("KSCOUT_WARM_WORKERS", "many")
+    with pytest.raises(ValueError, match="KSCOUT_WARM_WORKERS must be auto, off or a number"):
+        pool.warm_count("cpu")
+
+
+def test_a_warm_worker_gives_the_verdict_a_fresh_worker_gives(warm, monkeypatch):
+    warm.fill()
+    pooled = evaluate(SEED, "layernorm", device="cpu", trials=1, seed=42, overrides=SMALL)
+    assert warm.handed == 1
+    monkeypatch.setenv("KSCOUT_WARM_WORKERS", "0")
+    pool.close_all()
+    fresh = evaluate(SEED, "layernorm", device="cpu", trials=1, seed=42, overrides=SMALL)
+    assert pooled.status is Status.passed, pooled.message
+    assert _facts(pooled) == _facts(fresh)
+
+
+def test_each_warm_worker_runs_one_request_and_a_new_one_takes_its_place(warm):
+    warm.fill()
+    first = warm.idle[0].worker
+    first_pid = first.proc.pid
+    result = evaluate(SEED, "layernorm", device="cpu", trials=1, seed=7, overrides=SMALL)
+    assert result.status is Status.passed, result.message
+    assert not _alive(first_pid)  # it ran this candidate and exited
+    assert not first.scratch.root.exists()  # its scratch folder went with it
+    replacement = warm.idle[0].worker
+    assert replacement.proc.pid != first_pid and replacement.alive()
+    assert (warm.spawned, warm.handed) == (2, 1)
+
+
+def test_a_warm_worker_started_under_other_settings_is_discarded_not_used(warm, monkeypatch):
+    warm.fill()
+    stale = warm.idle[0].worker
+    monkeypatch.setenv("KSCOUT_WORKER_FILE_MB", "64")  # other limits: a worker started now differs
+    taken = warm.take()
+    try:
+        assert taken is not stale and taken.proc.pid != stale.proc.pid
+        assert taken.limits.file_size_bytes == 64 << 20
+        deadline = time.monotonic() + 5
+        while stale.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert stale.proc.poll() is not None  # killed, its scratch folder removed
+        assert not stale.scratch.root.exists()
+    finally:
+        taken.finish(stopped=True)
+        taken.scratch.cleanup()
+
+
+def test_a_warm_worker_nobody_needs_exits_when_the_pool_closes(warm):
+    warm.fill()
+    worker = warm.idle[0].worker
+    pool.close_all()
+    worker.proc.wait(timeout=10)
+    assert worker.proc.returncode is not None and not worker.scratch.root.exists()
+
+
+def test_the_time_limit_of_a_warm_worker_counts_from_its_request(warm):
+    warm.fill()
+    time.sleep(2.0)  # idle in the pool for 2 s: none of it may count against the candidate
+    never = (ROOT / "tests" / "adversarial" / "cheat_never_returns.py").read_text()
+    started = time.monotonic()
+    result = evaluate(never, "layernorm", device="cpu", trials=1, seed=1, overrides=SMALL, timeout_s=6.0)
+    assert result.status is Status.timed_out and "6 s limit" in result.message
+    assert time.monotonic() - started >= 6.0
+
+
+def test_a_search_context_judges_every_candidate_on_one_seed_and_reuses_its_references():
+    info = load_problem("layernorm", "cpu", overrides=SMALL)
+    with SearchContext(scratch_root=harness.scratch_root()) as ctx:
+        first = evaluate(SEED, info, device="cpu", trials=1, context=ctx)
+        refs = ctx.references(info, "cpu")
+        reused_before = refs.reused
+        sibling = SEED + "\n# a sibling: same kernels, another candidate\n"
+        second = evaluate(sibling, info, device="cpu", trials=1, context=ctx)
+        judged = sum(r.trials for r in second.shape_results)
+        assert refs.reused - reused_before == judged  # every judgement of the second from kept outputs
+        with pytest.raises(ValueError, match="uses the context's seed"):
+            evaluate(SEED, info, device="cpu", trials=1, seed=ctx.seed + 1, context=ctx)
+    assert first.status is second.status is Status.passed
+    assert [r.seeds for r in first.shape_results] == [r.seeds for r in second.shape_results]
+    assert first.shape_results[0].seeds[0] == ctx.seed
+    assert [r.max_abs_error for r in first.shape_results] == [r.max_abs_error for r in second.shape_results]
+
+
+def test_a_wrong_candidate_is_still_refused_when_its_references_are_kept():
+    info = load_problem("layernorm", "cpu", overrides=SMALL)
+    zeros = (ROOT / "tests" / "adversarial" / "cheat_zeros.py").read_text()
+    with SearchContext() as ctx:
+        assert evaluate(SEED, info, device="cpu", trials=1, context=ctx).status is Status.passed
+        wrong = evaluate(zeros, info, device="cpu", trials=1, context=ctx)
+        assert ctx.references(info, "cpu").reused > 0
+    assert (wrong.status, wrong.error_class) == (Status.incorrect, "ValueMismatch")
+
+
+def test_kept_references_stop_at_their_budget_instead_of_evicting():
+    info = load_problem("layernorm", "cpu", overrides=SMALL)
+    import torch
+
+    from evaluation.correctness import References
+
+    refs = References(info, "cpu", 5, keep_bytes=3 * 8 * 100)
+    case = info.shape_cases[0]
+    trials = [protocol.Trial(seed=s) for s in range(5)]
+    for t in trials:
+        refs.keep(case, t, torch.zeros(100, dtype=torch.float64))
+    assert [refs.kept(case, t) is not None for t in trials] == [True, True, True, False, False]
+
+
+def test_baselines_timed_once_in_a_search_are_quoted_for_the_next_batch(monkeypatch):
+    monkeypatch.setattr(harness, "HOST_TIMING", True)  # the timing stage's checks on the CPU clock
+    info = load_problem(
+        "layernorm",
+        "cpu",
+        overrides=SMALL,
+        timed=[load_problem("layernorm", "cpu", overrides=SMALL).shape_cases[0].case_id],
+    )
+    with SearchContext() as ctx, phases.recording() as rows:
+        checked = [
+            evaluate(s, info, device="cpu", trials=1, time_it=False, context=ctx) for s in (SEED, SEED + "\n#2\n")
+        ]
+        one = time_many([(SEED, checked[0])], info, device="cpu", baselines=("eager",), context=ctx)
+        two = time_many([(SEED + "\n#2\n", checked[1])], info, device="cpu", baselines=("eager",), context=ctx)
+    roles = [r["role"] for r in rows]
+    assert roles.count("baselines") == 1 and roles.count("timing") == 2
+    assert one[0].status is two[0].status is Status.passed
+    eager = [r.timing[0].baselines[0].timing for r in (one[0], two[0])]
+    assert eager[0] == eager[1]  # the same measurement, quoted twice
+    assert ctx.baselines_reused == 1
+
+
+def test_planted_kernel_caches_point_their_groups_at_the_new_folder(tmp_path):
+    kept = tmp_path / "kept"
+    entry = kept / "KEY123"
+    entry.mkdir(parents=True)
+    (entry / "k.cubin").write_bytes(b"cubin")
+    old = "/old/scratch/out/.triton-cache/KEY123/k.cubin"
+    (entry / "__grp__k.json").write_text('{"child_paths": {"k.cubin": "%s"}}' % old)
+    target = tmp_path / "worker" / ".triton-cache"
+    assert plant_kernels([kept], target) == 1
+    import json
+
+    group = json.loads((target / "KEY123" / "__grp__k.json").read_text())
+    assert group["child_paths"] == {"k.cubin": str(target / "KEY123" / "k.cubin")}
+    assert (target / "KEY123" / "k.cubin").read_bytes() == b"cubin"
+    assert oct(os.stat(target).st_mode & 0o777) == "0o777"  # the sandbox's uid may add entries
+
+
+def test_the_pipelined_judge_sees_every_message_in_order_and_stops_at_the_verdict():
+    seen = []
+
+    def on_message(message, blob):
+        seen.append(message.index)
+        time.sleep(0.01)
+        return message.index == 3
+
+    heard = {"parent_s": 0.0}
+    judge = harness._Pipelined(on_message, heard)
+    answers = []
+    for i in range(8):
+        answers.append(judge.put(protocol.Outputs(index=i, phase="trial"), b""))
+        time.sleep(0.02 if i < 4 else 0)
+    judge.close()
+    assert seen == [0, 1, 2, 3]  # in order, and nothing judged after the verdict
+    assert answers[:4] == [False] * 4 and all(answers[5:])
+    assert heard["parent_s"] > 0.03
+
+
+def test_a_harness_fault_in_the_pipelined_judge_is_raised_at_close():
+    def on_message(message, blob):
+        raise KeyError("bad table")
+
+    judge = harness._Pipelined(on_message, {"parent_s": 0.0})
+    judge.put(protocol.Outputs(index=0, phase="trial"), b"")
+    with pytest.raises(KeyError, match="bad table"):
+        judge.close()
