@@ -144,6 +144,11 @@ def test_a_run_without_a_passing_candidate_exits_1_and_writes_no_kernel(cwd, cap
     "argv, needle",
     [
         (["optimize", "layernorm", "--budget", "0"], "--budget must be at least 1"),
+        (["optimize", "layernorm", "--minutes", "-1"], "--minutes must be more than 0 (got -1)"),
+        (["optimize", "layernorm", "--minutes", "0"], "--minutes must be more than 0 (got 0)"),
+        (["optimize", "layernorm", "--trials", "0"], "--trials must be at least 1 (got 0)"),
+        (["optimize", "layernorm", "--max-cost", "-0.5"], "--max-cost must be 0 or more (got -0.5)"),
+        (["optimize", "layernorm", "--target-speedup", "0"], "--target-speedup must be more than 0 (got 0)"),
         (["resume", "no-such-run"], "no run matches 'no-such-run'"),
         (["show", "no-such-run", "--source"], "no run matches 'no-such-run'"),
     ],
@@ -152,6 +157,39 @@ def test_bad_input_exits_2_with_one_line(cwd, capsys, argv, needle):
     code, out, err = kscout(argv + ["--store", "store"], capsys)
     lines = err.strip().splitlines()
     assert code == 2 and out == "" and len(lines) == 1 and lines[0].startswith(f"kscout: error: {needle}")
+
+
+def test_a_refused_budget_records_no_run(cwd, capsys):
+    code, _, _ = kscout(["optimize", "layernorm", "--minutes", "-1", "--store", "store"], capsys)
+    assert code == 2
+    assert runs_json(cwd / "store", capsys) == {}
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        # no budget flag on a GPU: a real search, 8 siblings a step checked side by side, 64 or 5 minutes
+        (["--device", "cuda"], dict(budget=64, minutes=5.0, batch=8, workers=8)),
+        (["--device", "cpu"], dict(budget=20, minutes=None, batch=1, workers=1)),
+        # any budget flag given: the rest keep their per-device defaults, the time limit is the user's
+        (["--device", "cuda", "--budget", "10"], dict(budget=10, minutes=None, batch=8, workers=8)),
+        (["--device", "cuda", "--batch", "4"], dict(budget=64, minutes=None, batch=4, workers=4)),
+        (["--device", "cpu", "--batch", "3"], dict(budget=20, minutes=None, batch=3, workers=1)),
+    ],
+)
+def test_optimize_without_budget_flags_searches_by_the_devices_defaults(cwd, capsys, monkeypatch, argv, expected):
+    import agent.search.session as session
+
+    seen = {}
+
+    def start(config, store, **kw):
+        seen.update(budget=config.budget, minutes=config.minutes, batch=config.batch, workers=config.workers)
+        raise session.SessionError("stopped by the test")
+
+    monkeypatch.setattr(session, "start", start)
+    code, _, err = kscout(["optimize", "layernorm", *argv, "--store", "store"], capsys)
+    assert code == 2 and "stopped by the test" in err
+    assert seen == expected
 
 
 def test_an_interrupt_inside_the_session_marks_the_claimed_run_and_exits_3(cwd, capsys, monkeypatch):

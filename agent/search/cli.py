@@ -172,14 +172,19 @@ def optimize(
     proposer: str = typer.Option("template", help="template (offline) | llm"),
     model: Optional[str] = typer.Option(None, help="litellm model string, e.g. openai/NAME"),
     api_base: Optional[str] = typer.Option(None, help="OpenAI-compatible server URL (vLLM)"),
-    budget: int = typer.Option(20, help="evaluations"),
-    minutes: Optional[float] = typer.Option(None, help="time budget"),
+    budget: Optional[int] = typer.Option(None, help="evaluations (default: 64 on a GPU, 20 on a CPU)"),
+    minutes: Optional[float] = typer.Option(None, help="time budget (default: 5 on a GPU, none on a CPU)"),
     target_speedup: Optional[float] = typer.Option(None, help="stop at this measured, significant speedup"),
     stall: Optional[int] = typer.Option(30, help="stop after this many evaluations without improvement"),
     seed: int = typer.Option(0, help="random seed of the proposer"),
     max_cost: Optional[float] = typer.Option(None, help="stop when LLM spend reaches this many USD"),
-    batch: int = typer.Option(1, help="candidates per step: checked in parallel, then timed together in one process"),
-    workers: int = typer.Option(1, help="correctness checks in parallel (timings never overlap anything)"),
+    batch: Optional[int] = typer.Option(
+        None, help="candidates per step: checked in parallel, then timed together (default: 8 on a GPU, 1 on a CPU)"
+    ),
+    workers: Optional[int] = typer.Option(
+        None,
+        help="correctness checks in parallel, timings never overlap anything (default: --batch on a GPU, 1 on a CPU)",
+    ),
     compile_every: bool = typer.Option(
         False,
         "--compile-every",
@@ -208,8 +213,15 @@ def optimize(
     Exit codes: 0 a passing kernel was found (its file is printed), 1 none was, 2 bad input,
     3 interrupted (resume with `kscout resume RUN`).
     """
-    from agent.search.session import SessionConfig, SessionError, start
+    from agent.search.session import SessionConfig, SessionError, search_defaults, start
 
+    defaults = search_defaults(device)  # a real search where the device can afford one
+    if budget is None and minutes is None and batch is None and workers is None:
+        minutes = defaults["minutes"]
+    budget = defaults["budget"] if budget is None else budget
+    batch = defaults["batch"] if batch is None else batch
+    if workers is None:  # on a GPU a batch is checked side by side; on a CPU one at a time
+        workers = batch if defaults["workers"] > 1 else 1
     if proposer not in ("template", "llm"):
         raise SessionError(f"--proposer must be template or llm (got {proposer!r})")
     if tolerance not in ("strict", "kernelbench"):

@@ -19,7 +19,7 @@ import threading
 import time
 import uuid
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Callable, Iterator, Literal, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, Optional
 
 from agent import Frozen
 from agent.proposers.base import Action, ParentInfo, Proposal, ProposeRequest
@@ -82,6 +82,24 @@ class SharedSpend:
 _Frozen = Frozen
 
 
+# What `kscout optimize PROBLEM` searches with when no budget flag is given. On a GPU a real search: a
+# batch of 8 siblings checked in parallel and timed together per step, up to 64 evaluations or 5
+# minutes, whichever comes first (or the stall rule: 30 evaluations without a better kernel). On a
+# CPU, where every check runs in Triton's interpreter, 20 evaluations one at a time, no time limit.
+GPU_SEARCH_DEFAULTS: dict[str, Any] = dict(budget=64, minutes=5.0, batch=8, workers=8)
+CPU_SEARCH_DEFAULTS: dict[str, Any] = dict(budget=20, minutes=None, batch=1, workers=1)
+
+
+def search_defaults(device: str) -> dict[str, Any]:
+    """The budget, time limit, batch and workers of a search on `device` (auto | cpu | cuda) when the
+    user gave none of them."""
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    return dict(GPU_SEARCH_DEFAULTS if device == "cuda" else CPU_SEARCH_DEFAULTS)
+
+
 class SessionConfig(_Frozen):
     """Every option of a session; stored as the run's config_json so a resume runs the same search."""
 
@@ -132,6 +150,14 @@ class SessionConfig(_Frozen):
             raise SessionError(f"--budget must be at least 1 (got {self.budget})")
         if self.batch < 1 or self.workers < 1:
             raise SessionError("--batch and workers must be at least 1")
+        if self.minutes is not None and not self.minutes > 0:
+            raise SessionError(f"--minutes must be more than 0 (got {self.minutes:g})")
+        if self.trials < 1:
+            raise SessionError(f"--trials must be at least 1 (got {self.trials})")
+        if self.max_cost_usd is not None and self.max_cost_usd < 0:
+            raise SessionError(f"--max-cost must be 0 or more (got {self.max_cost_usd:g})")
+        if self.target_speedup is not None and not self.target_speedup > 0:
+            raise SessionError(f"--target-speedup must be more than 0 (got {self.target_speedup:g})")
         if self.stall is not None and self.stall < 1:
             raise SessionError(f"--stall must be at least 1 (got {self.stall})")
         if self.proposer == "llm" and not self.model:
