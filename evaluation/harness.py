@@ -12,6 +12,7 @@ stage that failed. Only bad harness input raises (an unknown problem, --device c
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import os
 import secrets
@@ -148,6 +149,15 @@ def _stopped(stop: protocol.Stop) -> dict[str, Any]:
     )
 
 
+def output_transport() -> str:
+    """How workers send judged outputs: `pipe` (MAC'd frames, the default) or `file` (files of the
+    worker's own out/ folder named by MAC'd frames; $KSCOUT_OUTPUT_TRANSPORT; protocol.py)."""
+    value = os.environ.get("KSCOUT_OUTPUT_TRANSPORT", "pipe").strip().lower()
+    if value not in ("pipe", "file"):
+        raise ValueError(f"KSCOUT_OUTPUT_TRANSPORT must be pipe or file (got {value!r})")
+    return value
+
+
 def _take_warm(device: str, isolation: str) -> WorkerProcess | None:
     from evaluation import pool
 
@@ -172,10 +182,12 @@ class _Pipelined:
     a fast worker cannot fill the parent's memory. Once `on_message` says the verdict is in (True),
     the next `put` returns True and the caller stops the worker."""
 
-    def __init__(self, on_message, heard: dict[str, Any], depth: int = 2):
+    def __init__(self, on_message, heard: dict[str, Any], depth: int = 2, files: Path | None = None):
+        """`files`: the worker's outputs folder when its outputs come as files (protocol.py)."""
         import queue
 
-        self.on_message, self.heard = on_message, heard
+        self.on_message, self.heard, self.files = on_message, heard, files
+        self.forged: str | None = None  # output files that are not what their frame declared
         self.queue: "queue.Queue[tuple[protocol.Message, bytes] | None]" = queue.Queue(maxsize=depth)
         self.verdict = False
         self.error: BaseException | None = None
@@ -191,8 +203,16 @@ class _Pipelined:
                 continue  # the verdict is in: the rest is drained unread
             t0 = time.perf_counter()
             try:
-                if self.on_message(*item):
+                message, blob = item
+                if isinstance(message, protocol.Outputs) and (message.files or message.nbytes):
+                    if self.files is None:
+                        raise protocol.ProtocolError("output files on a pipe transport")
+                    blob = protocol.read_output_files(self.files, message.files, message.nbytes)
+                if self.on_message(message, blob):
                     self.verdict = True
+            except protocol.ProtocolError as exc:  # the worker's files changed under its own frame
+                self.forged = str(exc)
+                self.verdict = True
             except BaseException as exc:  # a harness fault: raised in the caller's thread at close
                 self.error = exc
             finally:
@@ -227,7 +247,10 @@ def _run(
     warm = _take_warm(device, isolation)
     scratch = warm.scratch if warm is not None else Scratch.make(scratch_root())
     heard: dict[str, Any] = {"parent_s": 0.0}
-    judge = _Pipelined(on_message, heard)
+    transport = output_transport()
+    judge = _Pipelined(
+        on_message, heard, files=scratch.out_dir / protocol.OUTPUT_FILES if transport == "file" else None
+    )
 
     def hear(message: protocol.Message, blob: bytes) -> bool:
         if isinstance(message, protocol.Phases):
@@ -239,6 +262,8 @@ def _run(
         key = protocol.new_key()
         t0 = time.time()
         request = request_for(scratch, key)
+        if transport != request.transport:
+            request = request.model_copy(update=dict(transport=transport))
         heard["inputs_s"] = time.time() - t0
         if plant and isolation == "bwrap":
             from evaluation.context import plant_kernels
@@ -251,6 +276,8 @@ def _run(
             )
         finally:
             judge.close()  # every message that arrived is judged before the caller reads the outcome
+        if judge.forged is not None and exit_.forged is None:
+            exit_ = dataclasses.replace(exit_, forged=judge.forged)
         if after is not None:
             after(scratch)
         if phases.active():

@@ -21,6 +21,17 @@ status itself, and exited: the parent believed it. Now:
 
 Frame: b"KSW1" | u32 header length | u64 blob length | header (JSON) | blob | 32-byte MAC.
 
+OUTPUT FILES (`transport="file"`, `KSCOUT_OUTPUT_TRANSPORT=file`). Large outputs cost most of a GPU
+check on the pipe: each byte is MAC'd by the worker, written, read and MAC'd again by the parent (the
+H200 measured about 0.5 GB/s a worker). With the file transport the worker writes the blob's bytes
+into files of its own `out/outputs/` folder (the only place it can write; chunks under its file-size
+limit) and sends a MAC'd `Outputs` frame that names them and their total size; the parent reads
+exactly those files (regular files, no links, names as the harness makes them, sizes as declared),
+deletes them, and judges the bytes as it would a pipe blob. The frame stays authenticated; the bytes
+are not MAC'd, so changing them between the write and the read takes writing a file, which needs the
+same forbidden code (file access, introspection) as reaching the key does. The worker keeps at most
+`file_budget_bytes` of files waiting for the parent.
+
 Outputs blob: b"KSO1" | u64 table length | table (JSON: kind, types, per item a tensor's dtype,
 shape, offset and size, or a scalar) | each tensor's bytes, 64-byte aligned. Nothing is unpickled:
 the parent maps the tensors onto the bytes it read (`unpackage`), after checking every entry against
@@ -34,6 +45,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import struct
 import warnings
 from typing import Any, Literal, Optional, Sequence, Union
@@ -127,6 +139,8 @@ class WorkerRequest(Wire):
     samples_per_round: int = 30
     allowed_torch_ops: list[str] = []  # the problem's ALLOWED_TORCH_OPS (aten names), for the watch
     launch_cases: list[LaunchCase] = []  # correctness on the CPU: full-size launches to check (emulation)
+    transport: Literal["pipe", "file"] = "pipe"  # how judged outputs reach the parent (see OUTPUT FILES)
+    file_budget_bytes: int = 1 << 30  # file transport: output bytes written and not yet taken by the parent
 
 
 class RoundCommand(Wire):
@@ -152,6 +166,8 @@ class Outputs(Wire):
     phase: Literal["trial", "first", "last", "check"]
     trial: int = 0  # trial number (phase "trial") or input set number (first/last)
     strides: list[Optional[list[int]]] = []  # per output item, as returned (before any copy)
+    files: list[str] = []  # file transport: the blob is these files of the worker's outputs folder, in order
+    nbytes: int = 0  # ... and their total size
 
 
 class KernelFact(Wire):
@@ -514,6 +530,21 @@ def _pad(n: int) -> int:
     return -n % _ALIGN
 
 
+def _to_host(t: Any) -> Any:
+    """A device tensor's bytes in page-locked host memory where the device allows (a DMA copy, several
+    times faster than into pageable memory; PyTorch caches the blocks), else a plain copy."""
+    if t.device.type != "cuda":
+        return t.cpu()
+    import torch
+
+    try:
+        host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+    except RuntimeError:
+        return t.cpu()
+    host.copy_(t)
+    return host
+
+
 def package_parts(value: Any) -> tuple[list[Any], list[Optional[list[int]]]]:
     """`package(value)` as buffers to stream, and each tensor's strides as the candidate returned it.
 
@@ -535,7 +566,7 @@ def package_parts(value: Any) -> tuple[list[Any], list[Optional[list[int]]]]:
             host = v.detach()
             if host.layout != torch.strided:
                 host = host.to_dense()
-            host = host.resolve_conj().resolve_neg().contiguous().cpu()
+            host = _to_host(host.resolve_conj().resolve_neg().contiguous())
             name = str(host.dtype).removeprefix("torch.")
             if name not in _RAW_DTYPES:
                 host, name = host.to(torch.float64), "float64"  # quantized or complex32: judged by its values
@@ -614,3 +645,87 @@ def command_frame(command: Wire) -> bytes:
 
 def params_key(params: dict[str, int]) -> str:
     return json.dumps(params, sort_keys=True)
+
+
+OUTPUT_FILES = "outputs"  # the file transport's folder inside the worker's out/ folder
+_OUTPUT_FILE = re.compile(r"o[0-9]{1,9}-[0-9]{1,6}[.]bin")
+
+
+def write_output_files(
+    folder: Any, seq: int, parts: Sequence[Any], chunk_bytes: int, budget_bytes: int
+) -> tuple[list[str], int]:
+    """The worker's half of the file transport: `parts` (package_parts) as files of at most
+    `chunk_bytes` each; waits while more than `budget_bytes` of earlier files are still there."""
+    import time
+    from pathlib import Path
+
+    folder = Path(folder)
+    folder.mkdir(exist_ok=True)
+    views = [memoryview(p).cast("B") for p in parts]
+    total = sum(len(v) for v in views)
+    while True:  # the parent deletes each file once it has read it
+        waiting = sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
+        if waiting == 0 or waiting + total <= budget_bytes:
+            break
+        time.sleep(0.002)
+    names: list[str] = []
+    fd = -1
+    room = 0
+    try:
+        for view in views:
+            while view:
+                if room == 0:
+                    if fd >= 0:
+                        os.close(fd)
+                    name = f"o{seq}-{len(names)}.bin"
+                    fd = os.open(folder / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                    names.append(name)
+                    room = chunk_bytes
+                n = os.write(fd, view[: min(room, _SLICE)])
+                view, room = view[n:], room - n
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    return names, total
+
+
+def read_output_files(folder: Any, names: Sequence[str], nbytes: int) -> Any:
+    """The parent's half: exactly the named files, in order, into one buffer; each is deleted once read.
+    A name the harness would not make, a link, or sizes that do not add up to `nbytes` is a
+    ProtocolError (the frame that named them was MAC'd: the files changed after the worker wrote them)."""
+    from pathlib import Path
+
+    import numpy
+
+    folder = Path(folder)
+    if nbytes < 0 or nbytes > MAX_BLOB_BYTES or (nbytes and not names):
+        raise ProtocolError("an outputs frame declares an impossible size")
+    blob: Any = numpy.empty(nbytes, dtype=numpy.uint8)
+    filled = 0
+    for name in names:
+        if not _OUTPUT_FILE.fullmatch(name):
+            raise ProtocolError(f"an outputs frame names {name!r}, not a file the harness writes")
+        path = folder / name
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError as exc:
+            raise ProtocolError(f"output file {name} cannot be opened: {exc.strerror}") from None
+        try:
+            import stat
+
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or filled + info.st_size > nbytes:
+                raise ProtocolError(f"output file {name} is not what the frame declared")
+            view = memoryview(blob)[filled : filled + info.st_size]
+            while view:
+                n = os.readv(fd, [view[:_SLICE]])
+                if n == 0:
+                    raise ProtocolError(f"output file {name} is shorter than it was")
+                view = view[n:]
+            filled += info.st_size
+        finally:
+            os.close(fd)
+            path.unlink(missing_ok=True)
+    if filled != nbytes:
+        raise ProtocolError(f"the output files hold {filled} bytes, the frame declared {nbytes}")
+    return blob

@@ -165,6 +165,8 @@ class Clock:
 
 
 CLOCK = Clock()
+OUT_DIR = Path(".")  # the worker's out/ folder (its working directory at start), set by main()
+FILE_CHUNK = [64 << 20]  # bytes per output file: under the file-size limit, set by main()
 
 
 def warm_up(device: str) -> None:
@@ -264,11 +266,15 @@ class Worker:
     def send_outputs(self, out: Any, case: protocol.CaseSpec, phase: str, trial: int = 0, candidate: str = "") -> None:
         with CLOCK.timed("to_host"):
             parts, strides = protocol.package_parts(out)
+        header = protocol.Outputs(index=case.index, candidate=candidate, phase=phase, trial=trial, strides=strides)
         with CLOCK.timed("transport"):  # MAC'd writes, and waiting for the parent to read them
-            self.ch.send(
-                protocol.Outputs(index=case.index, candidate=candidate, phase=phase, trial=trial, strides=strides),
-                parts,
-            )
+            if self.req.transport == "file":
+                names, total = protocol.write_output_files(
+                    OUT_DIR / protocol.OUTPUT_FILES, self.ch.seq, parts, FILE_CHUNK[0], self.req.file_budget_bytes
+                )
+                self.ch.send(header.model_copy(update=dict(files=names, nbytes=total)))
+            else:
+                self.ch.send(header, parts)
 
     def make_bench(self):
         from evaluation.timing import Bench, HostBench
@@ -781,7 +787,12 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.uid is not None:
         drop_privileges(args.uid)
-    apply_limits(protocol.Limits.model_validate_json(args.limits))
+    limits = protocol.Limits.model_validate_json(args.limits)
+    apply_limits(limits)
+    global OUT_DIR
+    OUT_DIR = Path.cwd()
+    if limits.file_size_bytes:
+        FILE_CHUNK[0] = max(1 << 16, min(FILE_CHUNK[0], limits.file_size_bytes // 2))
     os.umask(0o077)
     channel = protocol.WorkerChannel(args.in_fd, args.out_fd)
     CLOCK.stamp("main")

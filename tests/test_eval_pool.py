@@ -227,3 +227,79 @@ def test_a_harness_fault_in_the_pipelined_judge_is_raised_at_close():
     judge.put(protocol.Outputs(index=0, phase="trial"), b"")
     with pytest.raises(KeyError, match="bad table"):
         judge.close()
+
+
+# -- the file transport (protocol.OUTPUT FILES) ---------------------------------------------------
+
+
+def test_output_files_round_trip_in_chunks_and_are_deleted_once_read(tmp_path):
+    parts = [b"H" * 100, bytes(range(256)) * 10, b"T" * 7]
+    names, total = protocol.write_output_files(tmp_path, 5, parts, chunk_bytes=1000, budget_bytes=1 << 20)
+    assert total == 100 + 2560 + 7 and names == [f"o5-{i}.bin" for i in range(3)]
+    blob = protocol.read_output_files(tmp_path, names, total)
+    assert bytes(blob) == b"".join(parts)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("tamper", ["grown", "renamed", "link", "missing", "short"])
+def test_output_files_that_differ_from_their_frame_are_refused(tmp_path, tamper):
+    names, total = protocol.write_output_files(tmp_path, 1, [b"x" * 500], chunk_bytes=1 << 20, budget_bytes=1 << 20)
+    path = tmp_path / names[0]
+    declared = total
+    if tamper == "grown":
+        path.write_bytes(b"x" * 600)
+    elif tamper == "renamed":
+        names = ["../" + names[0]]
+    elif tamper == "link":
+        path.unlink()
+        (tmp_path / "elsewhere").write_bytes(b"x" * 500)
+        path.symlink_to(tmp_path / "elsewhere")
+    elif tamper == "missing":
+        path.unlink()
+    else:
+        declared = total + 1
+    with pytest.raises(protocol.ProtocolError):
+        protocol.read_output_files(tmp_path, names, declared)
+
+
+def test_a_worker_waits_while_its_earlier_output_files_exceed_the_budget(tmp_path):
+    import threading
+
+    protocol.write_output_files(tmp_path, 1, [b"a" * 800], chunk_bytes=1 << 20, budget_bytes=1000)
+    threading.Timer(0.3, lambda: (tmp_path / "o1-0.bin").unlink()).start()
+    started = time.monotonic()
+    protocol.write_output_files(tmp_path, 2, [b"b" * 800], chunk_bytes=1 << 20, budget_bytes=1000)
+    assert time.monotonic() - started >= 0.25  # it waited for the parent to take the first
+    assert [p.name for p in tmp_path.iterdir()] == ["o2-0.bin"]
+
+
+def test_outputs_through_files_give_the_verdict_the_pipe_gives(monkeypatch):
+    monkeypatch.setenv("KSCOUT_WORKER_FILE_MB", "1")  # chunked files under the worker's file-size limit
+    monkeypatch.setenv("KSCOUT_OUTPUT_TRANSPORT", "file")
+    by_file = evaluate(SEED, "layernorm", device="cpu", trials=1, seed=42)
+    monkeypatch.setenv("KSCOUT_OUTPUT_TRANSPORT", "pipe")
+    by_pipe = evaluate(SEED, "layernorm", device="cpu", trials=1, seed=42)
+    assert by_file.status is Status.passed, by_file.message
+    assert _facts(by_file) == _facts(by_pipe)
+    monkeypatch.setenv("KSCOUT_OUTPUT_TRANSPORT", "carrier pigeon")
+    with pytest.raises(ValueError, match="KSCOUT_OUTPUT_TRANSPORT must be pipe or file"):
+        evaluate(SEED, "layernorm", device="cpu", trials=1, seed=42, overrides=SMALL)
+
+
+def test_a_wrong_candidate_is_refused_through_output_files(monkeypatch):
+    monkeypatch.setenv("KSCOUT_OUTPUT_TRANSPORT", "file")
+    zeros = (ROOT / "tests" / "adversarial" / "cheat_zeros.py").read_text()
+    wrong = evaluate(zeros, "layernorm", device="cpu", trials=1, seed=3, overrides=SMALL)
+    assert (wrong.status, wrong.error_class) == (Status.incorrect, "ValueMismatch")
+
+
+def test_output_files_that_changed_under_their_frame_make_the_result_forged(tmp_path):
+    seen = []
+    judge = harness._Pipelined(lambda m, b: seen.append(bytes(b)) or False, {"parent_s": 0.0}, files=tmp_path)
+    names, total = protocol.write_output_files(tmp_path, 0, [b"ok" * 10], chunk_bytes=1 << 20, budget_bytes=1 << 20)
+    judge.put(protocol.Outputs(index=0, phase="trial", files=names, nbytes=total), b"")
+    (tmp_path / "o1-0.bin").write_bytes(b"forged, longer than declared")
+    judge.put(protocol.Outputs(index=0, phase="trial", trial=1, files=["o1-0.bin"], nbytes=4), b"")
+    judge.close()
+    assert seen == [b"ok" * 10]
+    assert judge.forged is not None and "not what the frame declared" in judge.forged

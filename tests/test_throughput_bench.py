@@ -79,8 +79,8 @@ def test_the_bench_runs_both_configurations_on_a_cpu_and_writes_its_rows(tmp_pat
     assert throughput.main(["--device", "cpu", "--n", "1", "--batch", "1", "--trials", "1", "--json", str(out)]) == 0
     data = json.loads(out.read_text())
     results = {r["config"]: r for r in data["results"]}
-    assert set(results) == {"cold", "warm"}
-    assert all(r["evaluations"] == r["passed"] == 1 for r in results.values())
+    assert set(results) == {"cold", "warm", "files"}
+    assert all(r["evaluations"] == r["passed"] == 1 for r in results.values()), results
     assert results["warm"]["warm_processes"] == results["warm"]["processes"] == 1
     assert results["cold"]["warm_processes"] == 0
     assert results["warm"]["phases"]["correctness"] > 0 and results["cold"]["phases"]["imports"] > 0

@@ -5,7 +5,9 @@ siblings checked in parallel, then timed together against the baselines), once p
 
 - `cold`: every process started for its phase and every search-level cache off (what a search paid
   before warm workers and search contexts: a new seed, new references and new baselines per batch);
-- `warm`: warm workers from the pool and one search context (evaluation/pool.py, context.py).
+- `warm`: warm workers from the pool and one search context (evaluation/pool.py, context.py);
+- `files`: as `warm`, with judged outputs sent as files instead of MAC'd pipe frames
+  (`KSCOUT_OUTPUT_TRANSPORT=file`, protocol.py).
 
 The siblings are the problem's seed kernel, each made distinct by a comment (same kernels, different
 candidates: every one is checked, timed and judged in full). For each configuration it prints the wall
@@ -134,7 +136,8 @@ def run_config(
     pool.close_all()
     # cold: no warm worker; warm: a batch's checks and its timing worth (also on a CPU, for the test)
     os.environ["KSCOUT_WARM_WORKERS"] = "0" if name == "cold" else str(batch + 1)
-    evaluator = None if name == "warm" else evaluation  # an explicit evaluator: no search context
+    os.environ["KSCOUT_OUTPUT_TRANSPORT"] = "file" if name == "files" else "pipe"
+    evaluator = evaluation if name == "cold" else None  # an explicit evaluator: no search context
     ex = LocalExecutor(device, workers=batch, trials=trials, sandbox=sandbox, evaluator=evaluator)
     statuses: list[str] = []
     failures: dict[str, str] = {}  # status -> the first message with it
@@ -165,6 +168,7 @@ def run_config(
     wall = time.monotonic() - t0
     pool.close_all()
     os.environ.pop("KSCOUT_WARM_WORKERS", None)
+    os.environ.pop("KSCOUT_OUTPUT_TRANSPORT", None)
     return dict(
         config=name,
         evaluations=len(statuses),
@@ -270,8 +274,10 @@ def render(results: list[dict[str, Any]], floor_row: Optional[dict[str, Any]], c
             f"(correctness {floor_row['correctness_s']:.2f} s, timing {floor_row['timing_s']:.2f} s), "
             f"{floor_row['per_gpu_hour']:.0f} per GPU-hour"
         )
-    if len(results) == 2 and results[0]["per_eval_s"]:
-        console.print(f"warm / cold rate: {results[1]['per_eval_s'] / results[0]['per_eval_s']:.2f}x")
+    by = {r["config"]: r for r in results}
+    for name in ("warm", "files"):
+        if "cold" in by and name in by and by[name]["per_eval_s"]:
+            console.print(f"{name} / cold rate: {by['cold']['per_eval_s'] / by[name]['per_eval_s']:.2f}x")
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -284,7 +290,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     parser.add_argument("--n", type=int, default=16, help="evaluations per configuration")
     parser.add_argument("--batch", type=int, default=8, help="siblings per batch (and parallel checks)")
-    parser.add_argument("--configs", default="cold,warm", help="comma-separated: cold, warm")
+    parser.add_argument("--configs", default="cold,warm,files", help="comma-separated: cold, warm, files")
     parser.add_argument("--trials", type=int, default=2, help="random trials per case (a search's default: 2)")
     parser.add_argument("--sandbox", choices=("auto", "required", "off"))
     parser.add_argument("--no-floor", action="store_true")
@@ -293,8 +299,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.n < 1 or args.batch < 1 or args.trials < 1:
         parser.error("--n, --batch and --trials must be at least 1")
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
-    if not configs or set(configs) - {"cold", "warm"}:
-        parser.error("--configs takes cold and/or warm")
+    if not configs or set(configs) - {"cold", "warm", "files"}:
+        parser.error("--configs takes cold, warm and/or files")
     import evaluation
 
     device = evaluation.resolve_device(args.device)
@@ -305,7 +311,6 @@ def main(argv: Optional[list[str]] = None) -> int:
         rows_file = args.json.with_suffix(f".{name}.rows.json") if args.json else None
         results.append(run_config(name, args.problem, device, args.n, args.batch, args.sandbox, args.trials, rows_file))
     floor_row = None if args.no_floor else floor(args.problem, device, args.trials)
-    results.sort(key=lambda r: configs.index(r["config"]), reverse=True)  # warm first
     render(results, floor_row, console)
     if args.json:
         args.json.write_text(json.dumps(dict(device=device, results=results, floor=floor_row), indent=1))
