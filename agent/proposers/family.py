@@ -184,6 +184,9 @@ def _fx_events(model: torch.nn.Module, inputs: list) -> tuple[list[_Event], list
     from torch.fx import symbolic_trace
     from torch.fx.passes.shape_prop import ShapeProp
 
+    from agent.proposers.lowering.capture import isolate_fx_traces
+
+    isolate_fx_traces()  # other searches' threads call and trace modules meanwhile
     gm = symbolic_trace(model)
     ShapeProp(gm).propagate(*inputs)
     labels: dict[str, Any] = {}

@@ -23,6 +23,8 @@ import functools
 import inspect
 import textwrap
 import threading
+import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -33,7 +35,8 @@ from agent.proposers.lowering.ir import LoweringError
 _LIB = None
 # Searches in threads of one process (optimize-many, coverage --concurrency) lower at the same time: the
 # operator library is defined once, and a capture (which swaps torch.nn.functional's pooling and
-# convolutions for the duration of its trace) runs alone.
+# convolutions for the duration of its trace) runs alone. torch.fx's own class patches are made per
+# thread once per process (`isolate_fx_traces`): other threads run and trace modules meanwhile.
 _LOCK = threading.RLock()
 
 
@@ -623,11 +626,178 @@ def _out_of_place(gm) -> None:
     gm.recompile()
 
 
+# ---------------------------------------------------------------- torch.fx's class patches, per thread
+#
+# torch.fx's Tracer.trace (run by make_fx here, and by torch.fx.symbolic_trace in the family matcher of
+# another search) routes module calls into its tracer by setting torch.nn.Module.__call__ and
+# __getattr__ on the class for the whole trace (_Patcher.patch_method), and undoes that through the
+# module-global CURRENT_PATCHER (_new_patcher). With threads that goes wrong three ways: a module called
+# in another thread during a trace is handed to that trace's tracer (Tracer.call_module ->
+# path_of_module: "NameError: module is not installed as a submodule"), and a trace sees another
+# thread's patch instead of its own (its modules traced through, not recorded); overlapping traces stack
+# their wrappers and undo them out of order, leaving a finished tracer's wrapper on the class for every
+# later module call in the process; and a trace that ends undoes whichever patcher was set last, so the
+# other one fails ("CURRENT_PATCHER is None in finally block") with its own patches left in place.
+#
+# `isolate_fx_traces` (once per process) keeps those two patches per thread: while any thread traces,
+# the class holds a dispatcher that gives each thread its own innermost patch and a thread that is not
+# tracing PyTorch's own method; the class gets its methods back when the last trace ends. The current
+# patcher is per thread too. The other patches a trace makes (autowrapped functions such as math's)
+# stay global: their wrappers only act on their tracer's proxies and pass anything else through.
+
+_FX_NAMES = ("__call__", "__getattr__")
+_FX_DRAIN_S = 5.0  # how long the install waits for traces begun before it (old-style patches) to end
+
+
+class _FxThread(threading.local):
+    def __init__(self) -> None:
+        self.stacks: dict[str, list] = {name: [] for name in _FX_NAMES}
+        self.patcher: Any = None
+
+
+_FX_THREAD = _FxThread()
+_FX_GUARD = threading.Lock()  # the active counts and the class attributes
+_FX_INSTALL = threading.Lock()
+_FX: dict[str, Any] = {"installed": False, "active": dict.fromkeys(_FX_NAMES, 0), "below": {}}
+
+
+def _fx_module_call(self, *args, **kwargs):
+    stack = _FX_THREAD.stacks["__call__"]
+    return (stack[-1] if stack else _FX["below"]["__call__"])(self, *args, **kwargs)
+
+
+def _fx_module_getattr(self, name):
+    stack = _FX_THREAD.stacks["__getattr__"]
+    return (stack[-1] if stack else _FX["below"]["__getattr__"])(self, name)
+
+
+_FX_DISPATCH = {"__call__": _fx_module_call, "__getattr__": _fx_module_getattr}
+
+
+def _fx_enter(name: str) -> None:
+    if _FX["active"][name] == 0:
+        current = torch.nn.Module.__dict__[name]
+        if current is not _FX_DISPATCH[name]:
+            _FX["below"][name] = current
+            setattr(torch.nn.Module, name, _FX_DISPATCH[name])
+    _FX["active"][name] += 1
+
+
+def _fx_leave(name: str) -> None:
+    _FX["active"][name] -= 1
+    if _FX["active"][name] == 0 and torch.nn.Module.__dict__.get(name) is _FX_DISPATCH[name]:
+        setattr(torch.nn.Module, name, _FX["below"][name])
+
+
+class _FxThreadPatch:
+    """One trace's patch of torch.nn.Module.<name>, seen by the thread that made it and no other
+    (duck-types torch.fx's _PatchedFn: the patcher calls patch and revert)."""
+
+    def __init__(self, name: str, new_fn) -> None:
+        self.name, self.new_fn = name, new_fn
+        self.stack = _FX_THREAD.stacks[name]  # the patching thread's
+        self.applied = False
+
+    def patch(self) -> None:
+        with _FX_GUARD:
+            if not self.applied:
+                self.applied = True
+                self.stack.append(self.new_fn)
+                _fx_enter(self.name)
+
+    def revert(self) -> None:
+        with _FX_GUARD:
+            if self.applied:
+                self.applied = False
+                for i in range(len(self.stack) - 1, -1, -1):
+                    if self.stack[i] is self.new_fn:
+                        del self.stack[i]
+                        break
+                _fx_leave(self.name)
+
+
+def isolate_fx_traces() -> None:
+    """Make torch.fx's module patches per thread, once per process (before the first capture)."""
+    if _FX["installed"]:
+        return
+    with _FX_INSTALL:
+        if not _FX["installed"]:
+            _install_fx_isolation()
+            _FX["installed"] = True
+
+
+def _install_fx_isolation() -> None:
+    from torch.fx import _symbolic_trace as st
+
+    needed = ("_Patcher", "_new_patcher", "_maybe_revert_all_patches", "_orig_module_call", "_orig_module_getattr")
+    if not all(hasattr(st, n) for n in needed) or not all(n in torch.nn.Module.__dict__ for n in _FX_NAMES):
+        warnings.warn(
+            "torch.fx's tracer internals are not the ones kernelscout knows: traces in threads are not isolated",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return
+    originals = {"__call__": st._orig_module_call, "__getattr__": st._orig_module_getattr}
+    plain_patch_method = st._Patcher.patch_method
+
+    def patch_method(self, cls, name, new_fn, deduplicate=True):
+        if cls is torch.nn.Module and name in _FX_DISPATCH:
+            patch = _FxThreadPatch(name, new_fn)
+            self.patches_made.append(patch)
+            patch.patch()
+            return None
+        return plain_patch_method(self, cls, name, new_fn, deduplicate)
+
+    @contextlib.contextmanager
+    def new_patcher():
+        prior = _FX_THREAD.patcher
+        patcher = _FX_THREAD.patcher = st._Patcher()
+        try:
+            yield patcher
+        finally:
+            patcher.revert_all_patches()
+            _FX_THREAD.patcher = prior
+
+    @contextlib.contextmanager
+    def maybe_revert_all_patches():  # dynamo's compile inside a trace: the thread's own patches off meanwhile
+        patcher = _FX_THREAD.patcher
+        if patcher is not None:
+            patcher.revert_all_patches()
+        try:
+            yield
+        finally:
+            if patcher is not None:
+                patcher.reapply_all_patches()
+
+    with _FX_GUARD:
+        _FX["below"].update(originals)
+    st._Patcher.patch_method = patch_method
+    st._new_patcher = new_patcher
+    st._maybe_revert_all_patches = maybe_revert_all_patches
+
+    # Traces begun in other threads before this patched the class the old way: let them end, then put
+    # PyTorch's own methods back wherever an out-of-order undo left a finished tracer's wrapper.
+    def old_style_in_flight() -> bool:
+        return st.CURRENT_PATCHER is not None or any(
+            torch.nn.Module.__dict__[n] not in (originals[n], _FX_DISPATCH[n]) for n in _FX_NAMES
+        )
+
+    deadline = time.monotonic() + _FX_DRAIN_S
+    while old_style_in_flight() and time.monotonic() < deadline:
+        time.sleep(0.001)
+    with _FX_GUARD:
+        for name, fn in originals.items():
+            _FX["below"][name] = fn
+            if torch.nn.Module.__dict__[name] is not _FX_DISPATCH[name]:
+                setattr(torch.nn.Module, name, fn)
+
+
 # ---------------------------------------------------------------- the entry point
 
 
 def capture(source: str, path: str) -> Captured:
     """Trace the reference's forward (eval mode) to an aten graph with symbolic sizes (one capture at a time)."""
+    isolate_fx_traces()
     with _LOCK:
         return _capture(source, path)
 
