@@ -64,6 +64,17 @@ class LocalExecutor(BatchExecutor):
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kscout-eval")
         self._contexts: Optional[dict[str, Any]] = {} if evaluator is None else None
         self._contexts_lock = threading.Lock()
+        if self._contexts is not None and self.device != "cpu":
+            self._reserve()  # the warm-ups overlap the session's own start (store, proposer, lowering)
+
+    def _reserve(self) -> None:
+        from evaluation import harness, pool
+        from evaluation.isolation import resolve_sandbox
+
+        isolation = resolve_sandbox(self.sandbox_kw.get("sandbox"), self.device)
+        pool.reserve(self.device, isolation, self.workers + 1, harness.scratch_root())
+        if self.device != "cpu":
+            pool.reserve(self.device, "none", 1, harness.scratch_root())
         self._device_lock = SharedExclusiveLock()
         self._busy = 0  # jobs in flight, for the reaper
         self._busy_lock = threading.Lock()
@@ -80,15 +91,11 @@ class LocalExecutor(BatchExecutor):
         with self._contexts_lock:
             ctx = self._contexts.get(problem.problem_id)
             if ctx is None:
-                from evaluation import harness, pool
+                from evaluation import harness
                 from evaluation.context import SearchContext
-                from evaluation.isolation import resolve_sandbox
 
                 ctx = self._contexts[problem.problem_id] = SearchContext(scratch_root=harness.scratch_root())
-                isolation = resolve_sandbox(self.sandbox_kw.get("sandbox"), self.device)
-                pool.reserve(self.device, isolation, self.workers + 1, harness.scratch_root())
-                if self.device != "cpu":
-                    pool.reserve(self.device, "none", 1, harness.scratch_root())
+                self._reserve()
         return {"context": ctx}
 
     # -- jobs ----------------------------------------------------------------------------------------
