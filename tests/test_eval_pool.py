@@ -58,6 +58,7 @@ def test_the_default_keeps_no_warm_worker_on_a_cpu_and_a_number_overrides_it(mon
         pool.warm_count("cpu")
 
 
+@pytest.mark.slow  # real evaluations: 5 s or more on the 2-core machine
 def test_a_warm_worker_gives_the_verdict_a_fresh_worker_gives(warm, monkeypatch):
     warm.fill()
     pooled = evaluate(SEED, "layernorm", device="cpu", trials=1, seed=42, overrides=SMALL)
@@ -69,6 +70,7 @@ def test_a_warm_worker_gives_the_verdict_a_fresh_worker_gives(warm, monkeypatch)
     assert _facts(pooled) == _facts(fresh)
 
 
+@pytest.mark.slow  # real evaluations: 5 s or more on the 2-core machine
 def test_each_warm_worker_runs_one_request_and_a_new_one_takes_its_place(warm):
     warm.fill()
     first = warm.idle[0].worker
@@ -108,6 +110,7 @@ def test_a_warm_worker_nobody_needs_exits_when_the_pool_closes(warm):
     assert worker.proc.returncode is not None and not worker.scratch.root.exists()
 
 
+@pytest.mark.slow  # real evaluations: 5 s or more on the 2-core machine
 def test_the_time_limit_of_a_warm_worker_counts_from_its_request(warm):
     warm.fill()
     time.sleep(2.0)  # idle in the pool for 2 s: none of it may count against the candidate
@@ -118,6 +121,7 @@ def test_the_time_limit_of_a_warm_worker_counts_from_its_request(warm):
     assert time.monotonic() - started >= 6.0
 
 
+@pytest.mark.slow  # real evaluations: 5 s or more on the 2-core machine
 def test_a_search_context_judges_every_candidate_on_one_seed_and_reuses_its_references():
     info = load_problem("layernorm", "cpu", overrides=SMALL)
     with SearchContext(scratch_root=harness.scratch_root()) as ctx:
@@ -136,6 +140,7 @@ def test_a_search_context_judges_every_candidate_on_one_seed_and_reuses_its_refe
     assert [r.max_abs_error for r in first.shape_results] == [r.max_abs_error for r in second.shape_results]
 
 
+@pytest.mark.slow  # real evaluations: 5 s or more on the 2-core machine
 def test_a_wrong_candidate_is_still_refused_when_its_references_are_kept():
     info = load_problem("layernorm", "cpu", overrides=SMALL)
     zeros = (ROOT / "tests" / "adversarial" / "cheat_zeros.py").read_text()
@@ -160,6 +165,7 @@ def test_kept_references_stop_at_their_budget_instead_of_evicting():
     assert [refs.kept(case, t) is not None for t in trials] == [True, True, True, False, False]
 
 
+@pytest.mark.slow  # real evaluations: 5 s or more on the 2-core machine
 def test_baselines_timed_once_in_a_search_are_quoted_for_the_next_batch(monkeypatch):
     monkeypatch.setattr(harness, "HOST_TIMING", True)  # the timing stage's checks on the CPU clock
     info = load_problem(
@@ -273,6 +279,7 @@ def test_a_worker_waits_while_its_earlier_output_files_exceed_the_budget(tmp_pat
     assert [p.name for p in tmp_path.iterdir()] == ["o2-0.bin"]
 
 
+@pytest.mark.slow  # real evaluations: 5 s or more on the 2-core machine
 def test_outputs_through_files_give_the_verdict_the_pipe_gives(monkeypatch):
     monkeypatch.setenv("KSCOUT_WORKER_FILE_MB", "1")  # chunked files under the worker's file-size limit
     monkeypatch.setenv("KSCOUT_OUTPUT_TRANSPORT", "file")
