@@ -18,6 +18,10 @@ Public API (everything else is internal):
         baselines run in a process of their own, and every timed output is judged.
     remeasure(sources, problem, *, device="auto", rounds=5, timeout_s=600, baselines=("eager",),
               sandbox=None) -> RemeasureResult
+    evaluate, time_many and remeasure take `context=` an evaluation.context.SearchContext: one search's
+        secret seed, references, kept reference outputs, baselines and compiled kernels, shared by all
+        its candidates (the local executor keeps one per problem). Warm workers: evaluation.pool
+        ($KSCOUT_WARM_WORKERS); judged outputs as files: $KSCOUT_OUTPUT_TRANSPORT=file (protocol.py).
     fingerprint(device="auto") -> Fingerprint
     resolve_device("auto" | "cpu" | "cuda") -> "cpu" | "cuda"
 
