@@ -111,25 +111,55 @@ def test_lowered_norms_keep_constant_rows_exact(gpu_division, name):
     assert out.abs().max().item() > 0.05  # the same graph with Triton's `/`: wrong on the GPU
 
 
+# Compiled in a process of its own without the interpreter: the interpreter's mode is fixed at import,
+# and a kernel it ran earlier in the test process leaves triton.language patched for the CPU (the
+# compile then failed with "'value' object has no attribute 'dtype'" when other tests ran first).
+_SM90_COMPILE = r"""
+import importlib.util, json, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+spec = importlib.util.spec_from_file_location("_division_seed_compiled", sys.argv[1])
+mod = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = mod  # triton.jit reads the source through inspect
+spec.loader.exec_module(mod)
+found = {}
+for one_block in (True, False):
+    for n in (None, 1):
+        signature = {"X": "*bf16", "W": "*bf16", "B": "*bf16", "Y": "*bf16", "stride_x": "i32", "stride_y": "i32"}
+        signature.update({"N": "i32" if n is None else "constexpr", "eps": "fp32", "BLOCK_N": "constexpr"})
+        signature["ONE_BLOCK"] = "constexpr"
+        constexprs = {"BLOCK_N": 1024, "ONE_BLOCK": one_block, **({} if n is None else {"N": n})}
+        kernel = triton.compile(
+            ASTSource(fn=mod._layernorm_fwd, signature=signature, constexprs=constexprs),
+            target=GPUTarget("cuda", 90, 32),
+        )
+        found[f"{one_block}-{n}"] = "div.rn.f32" in kernel.asm["ptx"]
+print(json.dumps(found))
+"""
+
+
+@pytest.fixture(scope="module")
+def sm90_divisions(tmp_path_factory):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    path = tmp_path_factory.mktemp("sm90") / "seed.py"
+    path.write_text(SEED)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run(
+        [sys.executable, "-c", _SM90_COMPILE, str(path)], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 @pytest.mark.parametrize("n", [None, 1], ids=["runtime_n", "n_specialised_to_1"])
 @pytest.mark.parametrize("one_block", [True, False], ids=["one_block", "looped"])
-def test_the_seed_compiles_for_sm90_with_an_ieee_division_for_the_mean(one_block, n):
+def test_the_seed_compiles_for_sm90_with_an_ieee_division_for_the_mean(one_block, n, sm90_divisions):
     """Without a GPU: Triton compiles for sm_90 all the same (its bundled ptxas). The mean is div.rn.f32
     whether N arrives as an int or, as Triton does for 1, as a constexpr."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-    from triton.runtime.jit import JITFunction
-
-    mod = _module(SEED, "_division_seed_compiled")
-    signature = {"X": "*bf16", "W": "*bf16", "B": "*bf16", "Y": "*bf16", "stride_x": "i32", "stride_y": "i32"}
-    signature.update({"N": "i32" if n is None else "constexpr", "eps": "fp32", "BLOCK_N": "constexpr"})
-    signature["ONE_BLOCK"] = "constexpr"
-    constexprs = {"BLOCK_N": 1024, "ONE_BLOCK": one_block, **({} if n is None else {"N": n})}
-    fn = mod._layernorm_fwd
-    fn = JITFunction(fn.fn) if not isinstance(fn, JITFunction) else fn  # under TRITON_INTERPRET=1: the raw function
-    kernel = triton.compile(
-        ASTSource(fn=fn, signature=signature, constexprs=constexprs),
-        target=GPUTarget("cuda", 90, 32),
-    )
-    assert "div.rn.f32" in kernel.asm["ptx"]
+    assert sm90_divisions[f"{one_block}-{n}"] is True
