@@ -141,11 +141,17 @@ def test_doing_nothing_while_a_graph_is_captured_is_incorrect(small_layernorm, u
 
 @pytest.mark.parametrize("stem", ["cheat_honest_first_calls", "cheat_computes_outside_timed_call"])
 def test_a_kernel_that_stops_working_when_timed_is_incorrect(small_layernorm, stem):
+    """What the judge must do is refuse it with no speed; where it is caught first is its own business.
+    On the H200 both cheats fail already at correctness, whose GPU half prepares each case exactly as
+    for timing and judges the captured call on fresh inputs; were that to miss, the timing stage's
+    checks of the first, last and fresh timed calls would catch it."""
     result = evaluate(_cheat(stem), small_layernorm, device="cuda", trials=1, baselines=("eager",))
-    assert (result.status, result.failed_stage) == (Status.incorrect, Stage.timing), result.message
-    # caught by the timed calls' output check, not by a correctness failure of its honest calls
-    assert result.shape_results and all(r.passed for r in result.shape_results)
-    assert "timed call" in result.message and result.timing == ()
+    assert result.status is Status.incorrect and result.failed_stage in (Stage.correctness, Stage.timing)
+    assert result.timing == () and not result.passed
+    if result.failed_stage is Stage.correctness:
+        assert "prepared (graph-captured) call" in result.message, result.message
+    else:
+        assert "timed call" in result.message, result.message
 
 
 def test_a_patched_bench_sample_is_rejected_before_anything_is_timed(small_layernorm, unchecked):
