@@ -266,18 +266,32 @@ def ask_cmd(
 
 
 def docs_cmd(store_dir: StoreOpt = None, as_json: JsonOpt = False) -> None:
-    """The ingested documents, their provenance, and the vendors and devices they cover."""
+    """The ingested documents, their provenance (with each tag change and its old value), and the
+    vendors and devices they cover."""
     from rich.table import Table
 
     from knowledge.retrieve import catalogue
 
     with _open_store(store_dir) as store:
         documents = store.documents()
+        history = store.document_history()
     documents = sorted(documents, key=lambda d: (not d.builtin, d.title.lower()))
     vendors, devices = catalogue(documents)
     if as_json:
         _emit_json(
-            {"documents": [d.model_dump(mode="json") for d in documents], "vendors": vendors, "devices": devices}
+            {
+                "documents": [
+                    d.model_dump(mode="json")
+                    | {
+                        "history": [
+                            h.model_dump(mode="json", exclude={"document_id"}) for h in history.get(d.document_id, [])
+                        ]
+                    }
+                    for d in documents
+                ],
+                "vendors": vendors,
+                "devices": devices,
+            }
         )
         return
     table = Table(title=f"{len(documents)} document(s)")
@@ -292,6 +306,10 @@ def docs_cmd(store_dir: StoreOpt = None, as_json: JsonOpt = False) -> None:
                 f"sha256 {d.sha256[:12]}",
                 d.ingested_at[:19],
                 f"retagged {d.retagged_at[:19]}" if d.retagged_at else None,
+                *(
+                    f"{h.field} {json.dumps(h.old)} -> {json.dumps(h.new)} ({h.cause}, {h.changed_at[:10]})"
+                    for h in history.get(d.document_id, [])[-3:]  # the latest changes; --json has them all
+                ),
             )
             if x
         )

@@ -7,6 +7,13 @@ and the good files still land. Store errors are not per-file problems and propag
 Provenance precedence: the document's own header wins; command-line options only fill what it lacks
 (a shipped header says what its authors checked; a flag is a guess about many files at once).
 
+Provenance is never lost by a re-run. A document already in the store keeps its stored tags (vendor,
+devices, version, URL, kind, origin) unless this job states them: an explicit flag, or a header whose
+bytes are new (or `--force`). The same header read again states nothing new, so a `kscout retag` made
+since it was first read stands. A vendor nobody states follows devices that changed (when they name
+one vendor), and an origin nobody states follows a vendor that changed. Each change is kept, with the
+old value, in the document's history (the store appends it; `kscout docs --json` shows it).
+
 Identity is the file's real path: a file reached through a symlinked folder, or named twice on the
 command line, is one document. A folder ingested with `--source-url BASE` gives each file its own URL
 (BASE + its path inside the folder, with .md/.rst/.txt turned into .html the way Sphinx and MyST
@@ -157,10 +164,12 @@ def build_document(
     options: IngestOptions,
     builtin: bool = False,
     relative: Optional[str] = None,
+    stored: Optional[Document] = None,
 ) -> tuple[Document, list[Chunk], tuple[str, ...]]:
     """Parse and chunk one file's bytes into the rows the store keeps, and notes for the summary.
 
-    Raises IngestError."""
+    `stored` is this document as the store has it, if it has it: its tags stand where this job states
+    none (see the module doc). Raises IngestError."""
     parsed = parse_bytes(path, data)
     header = parsed.header
     notes = list(parsed.notes)
@@ -170,18 +179,37 @@ def build_document(
             raise IngestError(f"shipped document lacks required header keys: {', '.join(missing)}")
         if header.origin is not DocumentOrigin.project:
             raise IngestError("shipped document must say 'origin: project' (the project wrote it)")
+    sha256 = hashlib.sha256(data).hexdigest()
+    # A header states its tags afresh only with new bytes (or --force): read again, it says nothing new.
+    fresh_header = stored is None or stored.sha256 != sha256 or options.force
+
+    def pick(field: str, from_header, from_flag, default=None):
+        if from_header:
+            return from_header if fresh_header else getattr(stored, field)  # a header silences a flag
+        if from_flag:
+            return from_flag
+        return getattr(stored, field) if stored is not None else default
+
     title = (header.title if header else None) or parsed.title or path.stem
-    devices = (header.devices if header else ()) or normalize_devices(options.devices)
-    vendor = (header.vendor if header else None) or options.vendor
-    if vendor is None and devices:
+    devices = tuple(pick("devices", header.devices if header else (), normalize_devices(options.devices), ()))
+    devices_changed = stored is not None and devices != stored.devices
+    vendor = pick("vendor", header.vendor if header else None, options.vendor)
+    stated_vendor = (header.vendor if header else None) or options.vendor
+    if devices and not stated_vendor and (stored is None or devices_changed):
         vendors = {DEVICE_VENDOR.get(d) for name in devices for d in canonical_devices(name)}
-        vendor = vendors.pop() if len(vendors) == 1 and None not in vendors else None
-    kind = (header.kind if header else None) or options.kind or ChunkKind.hardware
-    origin = (
-        (header.origin if header else None)
-        or options.origin
-        or (DocumentOrigin.vendor if vendor not in (None, "generic") else DocumentOrigin.external)
-    )
+        if len(vendors) == 1 and None not in vendors:
+            vendor = vendors.pop()  # inferred from the devices this job states
+    kind = pick("kind", header.kind if header else None, options.kind, ChunkKind.hardware)
+    derived_origin = DocumentOrigin.vendor if vendor not in (None, "generic") else DocumentOrigin.external
+    origin = pick("origin", header.origin if header else None, options.origin, derived_origin)
+    stated_origin = (header.origin if header else None) or options.origin
+    if (
+        stored is not None
+        and not stated_origin
+        and vendor != stored.vendor
+        and stored.origin in (DocumentOrigin.vendor, DocumentOrigin.external)
+    ):
+        origin = derived_origin  # an origin nobody stated follows the vendor that changed
     metadata = dict(header.metadata) if header else {}
     if header and header.measurements:
         metadata["measurements"] = header.measurements
@@ -189,23 +217,25 @@ def build_document(
         metadata["written"] = header.written
     if origin is DocumentOrigin.project:
         # A project note is cited as itself; the pages it drew on are what it cites, not its address.
-        source_url = options.source_url if not builtin else None
+        source_url = pick("source_url", None, options.source_url if not builtin else None)
         if header and header.sources:
             metadata["cites"] = list(header.sources)
-    elif header and header.sources:
-        source_url = _pick_url(header.sources)
     else:
-        source_url = file_url(options.source_url, relative) if options.source_url else None
+        source_url = pick(
+            "source_url",
+            _pick_url(header.sources) if header and header.sources else None,
+            file_url(options.source_url, relative) if options.source_url else None,
+        )
     document_id = document_id_for(identity)
     doc = Document(
         document_id=document_id,
         source=source,
         title=title,
         vendor=vendor,
-        devices=tuple(devices),
-        doc_version=(header.doc_version if header else None) or options.doc_version,
+        devices=devices,
+        doc_version=pick("doc_version", header.doc_version if header else None, options.doc_version),
         source_url=source_url,
-        sha256=hashlib.sha256(data).hexdigest(),
+        sha256=sha256,
         kind=kind,
         op_families=header.op_families if header else (),
         builtin=builtin,
@@ -249,10 +279,13 @@ class _Batch:
         self.store, self.force, self.on_file, self.on_chunks, self.total = store, force, on_file, on_chunks, total
         self.entries: list[tuple[str, object]] = []  # (name, FileResult or (doc, chunks, notes))
         self.results: list[FileResult] = []
+        # The documents as stored when the job began (one read): their tags stand where the job states none.
+        self.stored: dict[str, Document] = {d.document_id: d for d in store.documents()}
 
-    def add(self, name: str, data_fn: Callable[[], bytes], **kw) -> None:
+    def add(self, name: str, data_fn: Callable[[], bytes], *, identity: str, **kw) -> None:
         try:
-            entry = build_document(data_fn(), **kw)
+            stored = self.stored.get(document_id_for(identity))
+            entry = build_document(data_fn(), identity=identity, stored=stored, **kw)
         except IngestError as exc:
             entry = FileResult(path=name, status=FileStatus.failed, reason=str(exc))
         self.entries.append((name, entry))
@@ -361,7 +394,7 @@ def ingest_builtin(
             path=Path(entry.name),
             source=source,
             identity=f"builtin:{source}",
-            options=IngestOptions(),
+            options=IngestOptions(force=force),
             builtin=True,
         )
     batch.flush()

@@ -1,5 +1,8 @@
 """Correcting and removing documents: `kscout retag` and `kscout forget`.
 
+A retag changes only the tags it names, and each change is kept, with the old value, in the document's
+history (a later ingest that states no tags leaves the retagged values as they are).
+
 A document is named the way an engineer remembers it: its id (or a unique prefix, as `kscout docs`
 prints it), the path of the file that was ingested, or the file's name when only one document has it.
 """
@@ -73,7 +76,7 @@ def retag(store, ref: str, changes: RetagChanges) -> tuple[Document, str]:
         if value is not None:
             update[field] = value
     new = doc.model_copy(update=update)
-    status = store.upsert_document(new, store.chunks(doc.document_id))
+    status = store.upsert_document(new, store.chunks(doc.document_id), cause="retag")  # kept in its history
     return store.get_document(doc.document_id), status
 
 

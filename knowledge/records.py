@@ -109,7 +109,10 @@ class OutcomeHit(Record):
     """A past measurement in an answer, with whose it is when it came from another store."""
 
     outcome: OutcomeRecord
-    significant: bool  # the speedup interval excludes 1
+    significant: bool  # a passed outcome whose speedup interval excludes 1, on either side
+    # What was measured, as printed: "significant speedup" | "significant slowdown" | "within noise" |
+    # "correct, not timed" | "timed, no interval" | "failed: <status>" (knowledge.retrieve.outcome_verdict)
+    verdict: str = ""
     imported_from: Optional[Provenance] = None
 
 
@@ -138,6 +141,7 @@ class AskResult(Record):
                 for h in self.outcome_hits
                 if h.imported_from
             },
+            "outcome_verdicts": {h.outcome.outcome_id: h.verdict for h in self.outcome_hits},
             "failure_patterns": [f.model_dump(mode="json") for f in self.failures],
             "documents": [d.model_dump(mode="json") for d in self.documents],
         }

@@ -59,17 +59,18 @@ def render_answer(console, result: AskResult) -> None:
             )
         console.print(table)
     if result.outcome_hits:
-        title = {"worked": "what worked (significant speedups only)", "failed": "failed or slower outcomes"}.get(
-            result.intent, "outcomes"
-        )
+        title = {
+            "worked": "what worked (significant speedups only)",
+            "failed": "failures, then significant slowdowns",
+        }.get(result.intent, "outcomes")
         table = Table(title=title)
         for col in ("tried", "result", "where", "when, versions", "measured by", "evidence"):
             table.add_column(col, overflow="fold")
         for h in result.outcome_hits:
             o = h.outcome
-            result_text = f"{_speed(o)} vs {o.baseline}, {o.status}" + (
-                "" if h.significant or o.speedup is None else " (not significant)"
-            )
+            # Status and speed are separate facts: a failure or an untimed pass says so; a timed
+            # result says what its interval says (a 0.92x [0.90, 0.95] is a significant slowdown).
+            result_text = f"{_speed(o)} vs {o.baseline}: {h.verdict}" if o.speedup is not None else h.verdict
             where = f"{o.op_family} on {o.device_name} ({o.arch}), {o.dtype}, {o.shape_bucket}"
             when = f"{o.created_at[:10]}, triton {o.triton_version}, torch {o.torch_version}" + (
                 f", driver {o.driver_version}" if o.driver_version else ""

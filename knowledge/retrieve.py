@@ -16,9 +16,13 @@ Documents:
 6. Each hit carries the sentences that matched (`excerpt`), where to read it (file or URL with the
    section's anchor), and who wrote it (a vendor, or the project with its own measurements).
 
-Measurements (knowledge.intent): only a question that names an op gets outcomes. "What worked" gets
-only passed outcomes whose speedup interval excludes 1, fastest first; "what failed" gets failure
-patterns and failed or slower outcomes; how-to and fact questions get outcomes ranked passed-first.
+Measurements (knowledge.intent): only a question that names an op gets outcomes. Status and speed are
+separate facts: a correctness-only pass (every check passed, speed not measured: a CPU) is "correct,
+not timed", never a failure and never a speedup; significance is read from the speedup interval
+(`store.records.speed_verdict`: wholly above 1, wholly below 1, or within noise). "What worked" gets
+only passed outcomes whose interval lies above 1, fastest first; "what failed" gets failure patterns,
+then real failures (correctness, crashes, refusals) and then significant slowdowns; how-to and fact
+questions get outcomes ranked passed-first. Each outcome carries its label (`OutcomeHit.verdict`).
 Rows imported from another team's store say whose they are.
 """
 
@@ -44,7 +48,15 @@ from knowledge.errors import RetrievalError
 from knowledge.index import Corpus, corpus_for, search_vectors
 from knowledge.intent import Intent, classify
 from knowledge.records import AskResult, DocumentHit, FailureHit, OutcomeHit, Provenance, QueryFacets
-from store.records import Chunk, Document, DocumentOrigin, FailurePattern, OutcomeRecord
+from store.records import (
+    Chunk,
+    Document,
+    DocumentOrigin,
+    FailurePattern,
+    OutcomeRecord,
+    SpeedVerdict,
+    speed_verdict,
+)
 
 __all__ = [
     "ask",
@@ -374,16 +386,44 @@ def _outcome_devices_match(o: OutcomeRecord, asked: set[str]) -> bool:
     return bool(named & asked) if named else True
 
 
+# Statuses of a candidate that computes the reference: `passed` (and timed, on a GPU) and
+# `correctness_only` (passed every check where speed is not measured, a CPU). Neither is a failure.
+PASSED_STATUSES = ("passed", "correctness_only")
+# What "what failed" lists first, in this order: correctness failures, then crashes, then refusals
+# (a cheat the harness rejected); a status not named here comes after them, before the slowdowns.
+FAILURE_ORDER = ("incorrect", "compile_error", "crashed", "timed_out", "rejected")
+
+
+def is_failure(o: OutcomeRecord) -> bool:
+    return o.status not in PASSED_STATUSES
+
+
+def _measured(o: OutcomeRecord) -> Optional[SpeedVerdict]:
+    """The interval's verdict of a passed, timed outcome (None for anything else)."""
+    if o.status != "passed" or o.speedup is None:
+        return None
+    return speed_verdict(o.speedup_low, o.speedup_high)
+
+
 def significant(o: OutcomeRecord) -> bool:
-    """A measured speedup whose interval lies wholly above 1 (the noise floor is in the interval)."""
-    return o.status == "passed" and o.speedup is not None and o.speedup_low is not None and o.speedup_low > 1.0
+    """A passed outcome whose speedup interval lies wholly above 1."""
+    return _measured(o) is SpeedVerdict.faster
 
 
 def slower(o: OutcomeRecord) -> bool:
-    if o.speedup is None:
-        return False
-    high = o.speedup_high if o.speedup_high is not None else o.speedup
-    return high < 1.0
+    """A passed outcome whose speedup interval lies wholly below 1: a measured slowdown, not noise."""
+    return _measured(o) is SpeedVerdict.slower
+
+
+def outcome_verdict(o: OutcomeRecord) -> str:
+    """How an answer labels what was measured: the failure, "correct, not timed", or the interval's
+    verdict (significant speedup, significant slowdown, within noise)."""
+    if is_failure(o):
+        return f"failed: {o.status}"
+    if o.status == "correctness_only" or o.speedup is None:
+        return "correct, not timed"
+    verdict = speed_verdict(o.speedup_low, o.speedup_high)
+    return verdict.value if verdict is not None else "timed, no interval"
 
 
 def rank_outcomes(outcomes: Iterable[OutcomeRecord]) -> list[OutcomeRecord]:
@@ -396,13 +436,23 @@ def rank_outcomes(outcomes: Iterable[OutcomeRecord]) -> list[OutcomeRecord]:
     )
 
 
+def _failure_rank(o: OutcomeRecord) -> int:
+    return FAILURE_ORDER.index(o.status) if o.status in FAILURE_ORDER else len(FAILURE_ORDER)
+
+
+def _newest_first(outcomes: Iterable[OutcomeRecord]) -> list[OutcomeRecord]:
+    return sorted(outcomes, key=lambda o: o.created_at, reverse=True)
+
+
 def _for_intent(outcomes: list[OutcomeRecord], intent: Intent) -> list[OutcomeRecord]:
     unique = list({o.outcome_id: o for o in outcomes}.values())
     if intent is Intent.worked:
         return sorted((o for o in unique if significant(o)), key=lambda o: (o.speedup, o.created_at), reverse=True)
     if intent is Intent.failed:
-        failed = sorted((o for o in unique if o.status != "passed"), key=lambda o: o.created_at, reverse=True)
-        worse = sorted((o for o in unique if o.status == "passed" and slower(o)), key=lambda o: o.speedup or 0.0)
+        # Real failures (correctness, crashes, refusals; newest first within each), then significant
+        # slowdowns, worst first. A correctness-only pass and a result within noise are not failures.
+        failed = sorted(_newest_first(o for o in unique if is_failure(o)), key=_failure_rank)
+        worse = sorted(_newest_first(o for o in unique if slower(o)), key=lambda o: o.speedup or 0.0)
         return failed + worse
     return rank_outcomes(unique)
 
@@ -510,7 +560,13 @@ def ask(store, question: str, *, device: Optional[str] = None, op: Optional[str]
         documents=tuple(hits),
         failures=tuple(failures),
         outcome_hits=tuple(
-            OutcomeHit(outcome=o, significant=significant(o), imported_from=o_prov.get(o.outcome_id)) for o in outcomes
+            OutcomeHit(
+                outcome=o,
+                significant=_measured(o) in (SpeedVerdict.faster, SpeedVerdict.slower),
+                verdict=outcome_verdict(o),
+                imported_from=o_prov.get(o.outcome_id),
+            )
+            for o in outcomes
         ),
         failure_hits=tuple(FailureHit(failure=f, imported_from=f_prov.get(f.signature)) for f in failures),
     )

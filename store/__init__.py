@@ -66,7 +66,11 @@ Additions beyond the contract above (same conventions):
     store.llm_calls(run_id=None)                   all calls when no run is given
     store.upsert_documents([(doc, chunks), ...], force=False, on_progress=None) -> list[str]
         a batch; statuses also "retagged" (same bytes, new provenance) and "repaired" (vectors owed)
-    store.forget_document(document_id) -> int      rows, chunks and vectors; the number of chunks
+    store.upsert_document(s)(..., cause="ingest")  a stored document's tag changes go to its history
+        under `cause` ("ingest" | "retag")
+    store.document_history(document_ids=None) -> {document_id: [DocumentChange, ...]}  tag changes
+        after the first ingest, oldest first, each with its old and new value
+    store.forget_document(document_id) -> int      rows, chunks, history and vectors; the number of chunks
     store.pending_vector_documents() / store.repair_vectors()   rows whose Chroma write never confirmed
         (a crash between the two); Store.open repairs them, `vector_repair_error` says if it could not
     store.embed_query(text) -> list[float] | None;  store.cached_vectors(shas) -> {sha: float32 array}

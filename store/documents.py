@@ -1,15 +1,22 @@
-"""Documents and their chunks, written by knowledge's ingest; chunk vectors follow their rows."""
+"""Documents and their chunks, written by knowledge's ingest; chunk vectors follow their rows.
+
+A document's tags (`TAG_FIELDS`) change only when a writer says so; every change after the first
+ingest is appended to `document_history` with the old value, the new one and its cause, in the same
+transaction as the row it changes.
+"""
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+import enum
+import json
+from typing import Any, Callable, Optional
 
 from store import rows as R
 from store.core import StoreCore
 from store.db import Database, fetch_dicts, insert
 from store.embeddings import text_sha256
 from store.errors import StoreError
-from store.records import Chunk, Document, utc_now
+from store.records import Chunk, Document, DocumentChange, utc_now
 
 
 def chunk_embedding_text(chunk: Chunk) -> str:
@@ -49,6 +56,31 @@ PROVENANCE_FIELDS = (
 )
 
 
+# The tags a document's history records: what an ingest flag, a header or `kscout retag` sets.
+TAG_FIELDS = ("vendor", "devices", "doc_version", "source_url", "kind", "origin", "op_families")
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+def _record_changes(con, before: Document, after: Document, cause: str) -> None:
+    """Append one history row per tag that differs between the stored row and the one written."""
+    now = utc_now()
+    for field in TAG_FIELDS:
+        old, new = _json_value(getattr(before, field)), _json_value(getattr(after, field))
+        if old != new:
+            con.execute(
+                "INSERT INTO document_history (document_id, field, old_json, new_json, cause, changed_at) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                [after.document_id, field, json.dumps(old), json.dumps(new), cause, now],
+            )
+
+
 def _insert_chunks(con, chunks: list[Chunk]) -> None:
     """All of a document's chunks in one statement (row by row, DuckDB takes ~3 ms a row)."""
     if not chunks:
@@ -70,6 +102,7 @@ class DocumentsMixin(StoreCore):
         *,
         force: bool = False,
         on_progress: Optional[Callable[[int, int], None]] = None,
+        cause: str = "ingest",
     ) -> str:
         """Write a document and its chunks; returns what happened:
 
@@ -80,8 +113,11 @@ class DocumentsMixin(StoreCore):
 
         The DuckDB rows and a `vector_pending` row commit together; the pending row goes once Chroma
         confirms the vectors, so a crash between the two is found again (see `repair_vectors`).
+
+        A change to a stored document's tags is appended to its history under `cause` ("ingest",
+        "retag"); see `document_history`.
         """
-        return self.upsert_documents([(doc, chunks)], force=force, on_progress=on_progress)[0]
+        return self.upsert_documents([(doc, chunks)], force=force, on_progress=on_progress, cause=cause)[0]
 
     def upsert_documents(
         self,
@@ -89,6 +125,7 @@ class DocumentsMixin(StoreCore):
         *,
         force: bool = False,
         on_progress: Optional[Callable[[int, int], None]] = None,
+        cause: str = "ingest",
     ) -> list[str]:
         """`upsert_document` for several documents at once (an ingest job's batch): one trip through
         the lock to check them, one model call for all their new text, one transaction and one Chroma
@@ -118,7 +155,7 @@ class DocumentsMixin(StoreCore):
                     if not changed and not self._vectors_owed(doc.document_id):
                         statuses[i] = "unchanged"
                     else:
-                        statuses[i] = self._retag(before, doc, changed)
+                        statuses[i] = self._retag(before, doc, changed, cause)
                     continue
                 to_write.append(i)
                 texts += [chunk_embedding_text(c) for c in chunks]
@@ -134,9 +171,8 @@ class DocumentsMixin(StoreCore):
                 for i in to_write:
                     doc, chunks = items[i]
                     mine = [next(vectors) for _ in chunks] if embedded.vectors else []
-                    row_before = con.execute(
-                        "SELECT sha256 FROM documents WHERE document_id = ?", [doc.document_id]
-                    ).fetchone()
+                    found = fetch_dicts(con, "SELECT * FROM documents WHERE document_id = ?", [doc.document_id])
+                    row_before = R.document_from_row(found[0]) if found else None
                     old_ids = [
                         r[0]
                         for r in con.execute(
@@ -154,6 +190,8 @@ class DocumentsMixin(StoreCore):
                             f"UPDATE documents SET {sets} WHERE document_id = ?", [*row.values(), doc.document_id]
                         )
                     _insert_chunks(con, chunks)
+                    if row_before is not None:
+                        _record_changes(con, row_before, doc, cause)
                     self._owe_vectors(con, doc.document_id)
                     stale += sorted(set(old_ids) - {c.chunk_id for c in chunks})
                     statuses[i] = "added" if row_before is None else "replaced"
@@ -179,9 +217,10 @@ class DocumentsMixin(StoreCore):
                     [[doc.document_id for doc, _, _ in written]],
                 )
 
-    def _retag(self, before: Document, doc: Document, changed: list[str]) -> str:
-        """Same bytes: keep chunks and first-ingest time, take the new provenance, rewrite the vectors
-        (from the embeddings cache) so their metadata filters match. The caller holds the lock."""
+    def _retag(self, before: Document, doc: Document, changed: list[str], cause: str = "ingest") -> str:
+        """Same bytes: keep chunks and first-ingest time, take the new provenance (each changed tag
+        recorded in the history), rewrite the vectors (from the embeddings cache) so their metadata
+        filters match. The caller holds the lock."""
         chunks = self.chunks(doc.document_id)
         if changed:
             updated = before.model_copy(update={f: getattr(doc, f) for f in changed} | {"retagged_at": utc_now()})
@@ -193,6 +232,7 @@ class DocumentsMixin(StoreCore):
                 sets = ", ".join(f"{k} = ?" for k in row)
                 con.execute(f"UPDATE documents SET {sets} WHERE document_id = ?", [*row.values(), doc.document_id])
                 con.execute("UPDATE chunks SET kind = ? WHERE document_id = ?", [doc.kind.value, doc.document_id])
+                _record_changes(con, before, updated, cause)
                 self._owe_vectors(con, doc.document_id)
             doc = updated
         embedded = self._cache.prepare([chunk_embedding_text(c) for c in chunks])
@@ -257,12 +297,34 @@ class DocumentsMixin(StoreCore):
                 ]
                 con.execute("DELETE FROM chunks WHERE document_id = ?", [document_id])
                 con.execute("DELETE FROM documents WHERE document_id = ?", [document_id])
+                con.execute("DELETE FROM document_history WHERE document_id = ?", [document_id])
                 con.execute("DELETE FROM origins WHERE table_name = 'documents' AND row_id = ?", [document_id])
                 con.execute("DELETE FROM vector_pending WHERE collection = 'chunks' AND row_id = ?", [document_id])
             # If Chroma fails here the rows are already gone; the VectorIndexError says `kscout reindex`
             # (which rebuilds every collection from DuckDB) removes the leftover vectors.
             self._vector_delete("chunks", ids)
         return len(ids)
+
+    def document_history(self, document_ids: Optional[list[str]] = None) -> dict[str, list[DocumentChange]]:
+        """Each document's tag changes after its first ingest, oldest first (documents that never
+        changed are absent). All documents when `document_ids` is None."""
+        where, params = "", []
+        if document_ids is not None:
+            where, params = " WHERE document_id IN (SELECT unnest(?::VARCHAR[]))", [list(document_ids)]
+        found = self.db.query(f"SELECT * FROM document_history{where} ORDER BY seq", params)
+        history: dict[str, list[DocumentChange]] = {}
+        for r in found:
+            history.setdefault(r["document_id"], []).append(
+                DocumentChange(
+                    document_id=r["document_id"],
+                    field=r["field"],
+                    old=json.loads(r["old_json"]),
+                    new=json.loads(r["new_json"]),
+                    cause=r["cause"],
+                    changed_at=r["changed_at"],
+                )
+            )
+        return history
 
     def _document_or_none(self, document_id: str) -> Optional[Document]:
         found = self.db.query("SELECT * FROM documents WHERE document_id = ?", [document_id])

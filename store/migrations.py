@@ -478,3 +478,26 @@ def m006_outcome_schedule_kind(con: duckdb.DuckDBPyConnection) -> None:
     """Outcomes keyed by schedule kind as well as op family ("matmul+row"), so what a row kernel
     learned on one graph seeds the row kernels of another (NULL for outcomes written before)."""
     con.execute("ALTER TABLE outcomes ADD COLUMN schedule_kind VARCHAR")
+
+
+@MIGRATIONS.register
+def m007_document_history(con: duckdb.DuckDBPyConnection) -> None:
+    """Every change to a document's tags (vendor, devices, version, URL, kind, origin, ops) after its
+    first ingest, with the old value and what changed it ("ingest" with an explicit flag, a new header,
+    or "retag"). Values are JSON text; rows are appended, never edited, and go when the document is
+    forgotten."""
+    con.execute(
+        """
+        CREATE SEQUENCE document_history_seq;
+        CREATE TABLE document_history (
+            seq BIGINT NOT NULL DEFAULT nextval('document_history_seq'),
+            document_id VARCHAR NOT NULL,
+            field VARCHAR NOT NULL,
+            old_json VARCHAR NOT NULL,
+            new_json VARCHAR NOT NULL,
+            cause VARCHAR NOT NULL,
+            changed_at VARCHAR NOT NULL
+        );
+        CREATE INDEX document_history_document_idx ON document_history (document_id);
+        """
+    )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import enum
-from typing import Optional
+from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict
 
@@ -53,6 +53,17 @@ class Document(Row):
     origin: DocumentOrigin = DocumentOrigin.vendor
     metadata_json: str = "{}"  # every front-matter key as given (MyST, YAML), and what the note cites
     retagged_at: Optional[str] = None  # when provenance last changed without the text changing
+
+
+class DocumentChange(Row):
+    """One change to one tag of a document after its first ingest, oldest first in a history."""
+
+    document_id: str
+    field: str  # vendor | devices | doc_version | source_url | kind | origin | op_families
+    old: Any = None  # the value before, as JSON has it (a list for devices, a string for kind)
+    new: Any = None
+    cause: str  # "ingest" (an explicit flag or a changed header) | "retag"
+    changed_at: str
 
 
 class Chunk(Row):
@@ -147,6 +158,26 @@ class OutcomeRecord(Row):
     summary: str  # one sentence, what is embedded
     created_at: str
     schedule_kind: Optional[str] = None  # "matmul+row": the kernels' schedule kinds, in launch order
+
+
+class SpeedVerdict(str, enum.Enum):
+    """What a speedup interval says about 1.0 (the value is how answers print it)."""
+
+    faster = "significant speedup"  # the interval lies wholly above 1
+    slower = "significant slowdown"  # wholly below 1
+    noise = "within noise"  # it contains 1 (an end at exactly 1 counts as containing it)
+
+
+def speed_verdict(low: Optional[float], high: Optional[float]) -> Optional[SpeedVerdict]:
+    """Significance read from the interval alone, as the search's verdict reads it (`Ratio.significant`:
+    low > 1 or high < 1); None where the interval is not known."""
+    if low is None or high is None:
+        return None
+    if low > 1.0:
+        return SpeedVerdict.faster
+    if high < 1.0:
+        return SpeedVerdict.slower
+    return SpeedVerdict.noise
 
 
 class FailurePattern(Row):

@@ -172,9 +172,20 @@ def test_ask_json_prints_one_object_with_intent_outcomes_and_documents(home, cap
     kscout(["ask", "what worked on MI300 for layernorm", "--k", "3", "--json", "--store", str(home)])
     out = capsys.readouterr().out
     obj = json.loads(out)
-    assert set(obj) == {"intent", "facets", "outcomes", "outcome_provenance", "failure_patterns", "documents"}
+    assert set(obj) == {
+        "intent",
+        "facets",
+        "outcomes",
+        "outcome_provenance",
+        "outcome_verdicts",
+        "failure_patterns",
+        "documents",
+    }
     assert obj["intent"] == "worked" and obj["failure_patterns"] == [] and obj["outcome_provenance"] == {}
     assert [o["outcome_id"] for o in obj["outcomes"]] == ["ln-mi300x-b", "ln-mi300x-old", "ln-mi300x-a"]
+    assert obj["outcome_verdicts"] == {
+        i: "significant speedup" for i in ("ln-mi300x-b", "ln-mi300x-old", "ln-mi300x-a")
+    }
     first = obj["outcomes"][0]
     for key in (
         "transformation",
@@ -205,7 +216,7 @@ def test_ask_without_json_prints_the_outcomes_then_the_documents_with_their_prov
     out = capsys.readouterr().out
     outcomes, _, documents = out.partition("documents")
     assert "what worked (significant speedups only)" in outcomes
-    assert "single_pass=true" in outcomes and "2.40x [2.28, 2.52] vs eager, passed" in outcomes
+    assert "single_pass=true" in outcomes and "2.40x [2.28, 2.52] vs eager: significant speedup" in outcomes
     assert "layernorm on AMD Instinct MI300X (gfx942), bfloat16" in outcomes and "ev-ln-mi300x-b" in outcomes
     assert "this store" in outcomes
     assert "AMD Instinct MI300X and MI300A" in documents and "hwdocs/amd-mi300x.md#" in documents
