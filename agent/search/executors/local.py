@@ -64,10 +64,15 @@ class LocalExecutor(BatchExecutor):
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kscout-eval")
         self._contexts: Optional[dict[str, Any]] = {} if evaluator is None else None
         self._contexts_lock = threading.Lock()
+        self._device_lock = SharedExclusiveLock()
+        self._busy = 0  # jobs in flight, for the reaper
+        self._busy_lock = threading.Lock()
+        self._reaper: Optional[threading.Thread] = None
         if self._contexts is not None and self.device != "cpu":
             self._reserve()  # the warm-ups overlap the session's own start (store, proposer, lowering)
 
     def _reserve(self) -> None:
+        """Warm workers for a batch's checks and its timing, and one for the baselines (a GPU only)."""
         from evaluation import harness, pool
         from evaluation.isolation import resolve_sandbox
 
@@ -75,10 +80,6 @@ class LocalExecutor(BatchExecutor):
         pool.reserve(self.device, isolation, self.workers + 1, harness.scratch_root())
         if self.device != "cpu":
             pool.reserve(self.device, "none", 1, harness.scratch_root())
-        self._device_lock = SharedExclusiveLock()
-        self._busy = 0  # jobs in flight, for the reaper
-        self._busy_lock = threading.Lock()
-        self._reaper: Optional[threading.Thread] = None
 
     def _fingerprint(self) -> Fingerprint:
         return self._ev.fingerprint(self.device)
