@@ -65,7 +65,33 @@ def _fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
+# Warnings kscout itself issues that the CLI prints as one line of its own (not Python's "file:line:
+# Category: text" and the source line under it, which reads like a crash). By class name, so that
+# nothing is imported for them.
+ONE_LINE_WARNINGS = frozenset({"UnsandboxedWarning"})
+
+
+def _show_warning(default):
+    def show(message, category, filename, lineno, file=None, line=None):
+        if category.__name__ not in ONE_LINE_WARNINGS:
+            return default(message, category, filename, lineno, file, line)
+        print(f"kscout: warning: {' '.join(str(message).split())}", file=file or sys.stderr, flush=True)
+
+    return show
+
+
 def main(argv: list[str] | None = None) -> None:
+    import warnings
+
+    previous = warnings.showwarning
+    warnings.showwarning = _show_warning(previous)
+    try:
+        _main(argv)
+    finally:
+        warnings.showwarning = previous
+
+
+def _main(argv: list[str] | None) -> None:
     app = build_app()
     try:
         rc = app(args=argv, prog_name="kscout", standalone_mode=False)

@@ -408,9 +408,11 @@ def resolve_sandbox(mode: str | None, device: str) -> str:
         raise SandboxError(f"--sandbox required, but no sandbox can be made here: {probe.reason}")
     if not _WARNED:
         _WARNED = True
+        reason = " ".join(probe.reason.split())  # one line, whatever bwrap printed
+        install = "" if "install bubblewrap" in reason else "; the sandbox is bubblewrap (apt-get install bubblewrap)"
         warnings.warn(
-            f"kernelscout: candidate code runs WITHOUT an OS sandbox on this machine ({probe.reason}); "
-            "every result records isolation='none' and cannot be promoted without an explicit override",
+            f"candidate code runs WITHOUT an OS sandbox on this machine: {reason}. Every result records "
+            f"isolation='none' and cannot be promoted without an explicit override{install}",
             UnsandboxedWarning,
             stacklevel=3,
         )

@@ -12,6 +12,12 @@ off through run-time names, the watch's counter or allow-list, `evaluation.*` in
 subclass, frame walking, ctypes, files) needs code refused here; the OS sandbox and the parent's own
 comparison stand behind it.
 
+What runs where: the fan helpers of torch.nn.init (`_calculate_fan_in_and_fan_out`, as copied from
+nn.Linear.reset_parameters) are arithmetic on a tensor's shape. They are allowed where the weights are
+made: called in a class's `__init__`, or in a method that only such code calls, which is decided from
+every mention of its name in the file. Everywhere else (forward, module level, a lambda, a stored
+reference) they are private API like the rest.
+
 Not here on purpose: os.kill (of itself), os._exit and sys.exit. Process isolation has to prove
 itself on those.
 """
@@ -19,8 +25,10 @@ itself on those.
 from __future__ import annotations
 
 import ast
+import functools
 import threading
 from dataclasses import dataclass
+from typing import Optional, Union
 
 RULES: dict[str, str] = {
     "ForbiddenImport": "threads, subprocesses, signals, sockets, ctypes and heap walking escape the worker's "
@@ -102,6 +110,8 @@ FORBIDDEN_MODULES = {
     "knowledge",
     "agent",
 }
+# Pure helpers of weight initialisation (torch.nn.init): allowed where the weights are made, nowhere else.
+INIT_HELPERS = frozenset({"torch.nn.init._calculate_fan_in_and_fan_out", "torch.nn.init._calculate_correct_fan"})
 PROTECTED_ROOTS = {"torch", "triton", "time", "numpy", "builtins", "evaluation", "sys", "json"}
 STREAM_NAMES = {"Stream", "ExternalStream", "StreamContext", "set_stream", "wait_stream", "record_stream"}
 FRAME_NAMES = {
@@ -314,11 +324,97 @@ def defines_model_new(tree: ast.Module) -> bool:
     return False
 
 
+_Scope = Union[ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.GeneratorExp]
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.GeneratorExp)
+
+
+@functools.lru_cache(maxsize=1)
+def _module_attributes() -> frozenset[str]:
+    """What nn.Module has (and may call itself: eval() calls train()): never a method only __init__ runs."""
+    import torch
+
+    return frozenset(dir(torch.nn.Module))
+
+
+def _init_functions(tree: ast.Module) -> set[ast.AST]:
+    """The functions that run only while a model is built: each class's `__init__`, and each method that
+    only such functions mention (`self.reset_parameters()` in `__init__`), by its name anywhere in the file.
+
+    A mention in a lambda, a generator, a nested function, a default or a class body counts as elsewhere,
+    and so does one in the method itself. Decorated methods, names starting with "_" and names that
+    nn.Module has never qualify.
+    """
+    enclosing: dict[ast.AST, Optional[ast.AST]] = {}
+
+    def walk(node: ast.AST, scope: Optional[ast.AST]) -> None:
+        for field, value in ast.iter_fields(node):
+            inner = node if isinstance(node, _SCOPES) and field in ("body", "elt", "generators") else scope
+            for child in value if isinstance(value, list) else [value]:
+                if isinstance(child, ast.AST):
+                    enclosing[child] = inner
+                    walk(child, inner)
+
+    walk(tree, None)
+    init: set[ast.AST] = set()
+    methods: dict[str, list[ast.FunctionDef]] = {}
+    for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+        for item in cls.body:
+            if not isinstance(item, ast.FunctionDef) or item.decorator_list:
+                continue
+            if item.name == "__init__":
+                init.add(item)
+            elif not item.name.startswith("_"):
+                methods.setdefault(item.name, []).append(item)
+    if not init or not methods:
+        return init
+    module_names = _module_attributes()
+    methods = {name: fns for name, fns in methods.items() if name not in module_names}
+    mentions: dict[str, list[ast.AST]] = {name: [] for name in methods}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            name: object = node.attr
+        elif isinstance(node, ast.Name):
+            name = node.id
+        elif isinstance(node, ast.Constant):
+            name = node.value
+        else:
+            continue
+        if isinstance(name, str) and name in mentions:
+            mentions[name].append(node)
+    grew = True
+    while grew:
+        grew = False
+        for name, fns in methods.items():
+            if fns[0] not in init and mentions[name] and all(enclosing.get(m) in init for m in mentions[name]):
+                init.update(fns)
+                grew = True
+    return init
+
+
 class _Checker(ast.NodeVisitor):
-    def __init__(self, problem_module: str | None):
+    def __init__(self, problem_module: str | None, tree: ast.Module):
         self.aliases: dict[str, str] = {}
         self.findings: list[Finding] = []
         self.problem_module = problem_module
+        self.tree = tree
+        self.scopes: list[Optional[_Scope]] = []  # the function (or lambda, generator) being visited
+        self.init_calls: set[ast.AST] = set()  # callees of INIT_HELPERS calls made where weights are made
+        self._init: Optional[set[ast.AST]] = None
+
+    def in_init(self) -> bool:
+        if not self.scopes or self.scopes[-1] is None:
+            return False
+        if self._init is None:  # only a source that calls an init helper pays for this
+            self._init = _init_functions(self.tree)
+        return self.scopes[-1] in self._init
+
+    def _scoped(self, scope: Optional[_Scope], nodes: list) -> None:
+        self.scopes.append(scope)
+        try:
+            for n in nodes:
+                self.visit(n)
+        finally:
+            self.scopes.pop()
 
     def flag(self, rule: str, node: ast.AST, detail: str) -> None:
         self.findings.append(Finding(rule, getattr(node, "lineno", 0), detail))
@@ -439,6 +535,8 @@ class _Checker(ast.NodeVisitor):
             self.flag("DynamicAccess", node, f"call of {name}()")
         if name == "type" and len(node.args) == 3:
             self.flag("DynamicAccess", node, "a class built at run time with type(name, bases, dict)")
+        if callee in INIT_HELPERS and self.in_init():
+            self.init_calls.add(node.func)
         self.generic_visit(node)
 
     def visit_Name(self, node: ast.Name) -> None:
@@ -446,6 +544,9 @@ class _Checker(ast.NodeVisitor):
             self.flag("FileAccess", node, "use of open()")
         if node.id in DUNDER_NAMES:
             self.flag("DynamicAccess", node, f"use of {node.id}")
+        path = self.aliases.get(node.id)
+        if path in INIT_HELPERS and isinstance(node.ctx, ast.Load) and node not in self.init_calls:
+            self.flag("PrivateAPI", node, f"use of {path} outside __init__")
         self.generic_visit(node)
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
@@ -459,12 +560,23 @@ class _Checker(ast.NodeVisitor):
                 self.flag("TensorSubclass", node, f"class {node.name} derives from {path}")
         self.generic_visit(node)
 
-    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+    def visit_FunctionDef(self, node: Union[ast.FunctionDef, ast.AsyncFunctionDef]) -> None:
         if node.name in SUBCLASS_NAMES:
             self.flag("TensorSubclass", node, f"definition of {node.name}")
-        self.generic_visit(node)
+        for d in node.decorator_list:  # decorators, defaults and annotations run where the def is
+            self.visit(d)
+        self.visit(node.args)
+        if node.returns is not None:
+            self.visit(node.returns)
+        self._scoped(node, node.body)
 
     visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_Lambda(self, node: ast.Lambda) -> None:
+        self._scoped(node, [node.args, node.body])
+
+    def visit_GeneratorExp(self, node: ast.GeneratorExp) -> None:  # runs when it is consumed, not where made
+        self._scoped(node, [node.elt, *node.generators])
 
     def _names(self, name: str, path: str | None, node: ast.AST) -> None:
         root = path.split(".")[0] if path else None
@@ -498,7 +610,10 @@ class _Checker(ast.NodeVisitor):
             self.flag("DynamicAccess", node, f"use of {path or name}")
         if name == "modules" and root == "sys":
             self.flag("DynamicAccess", node, "use of sys.modules")
-        if root == "torch" and name.startswith("_") and not name.startswith("__"):
+        if path in INIT_HELPERS:
+            if node not in self.init_calls and not isinstance(node, ast.ImportFrom):  # an import is no use
+                self.flag("PrivateAPI", node, f"use of {path} outside __init__")
+        elif root == "torch" and name.startswith("_") and not name.startswith("__"):
             self.flag("PrivateAPI", node, f"use of {path}")
         if root == "torch" and name == "compile":
             self.flag("TorchCompile", node, f"use of {path}")
@@ -523,7 +638,7 @@ def check_source(source: str, problem_module: str | None = None) -> StaticReport
         tree = parse(source)
     except SyntaxError as exc:
         return StaticReport(f"line {exc.lineno}: {exc.msg}", False, ())
-    checker = _Checker(problem_module)
+    checker = _Checker(problem_module, tree)
     checker.visit(tree)
     unique = {(f.rule, f.line, f.detail): f for f in checker.findings}
     return StaticReport(None, defines_model_new(tree), tuple(sorted(unique.values(), key=lambda f: f.line)))

@@ -4,6 +4,8 @@ a few evaluations and KSCOUT_VECTORS=off (no embedding model: the store keeps ev
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import shlex
@@ -73,13 +75,18 @@ def runs_json(store, capsys) -> dict[str, dict]:
 
 @pytest.fixture(scope="module")
 def optimized(tmp_path_factory):
-    """One small search, shared: (folder it ran in, its stdout, its exit code)."""
+    """One small search with --json, shared: (folder it ran in, its exit code, its stdout)."""
     folder = tmp_path_factory.mktemp("optimized")
     before, vectors = os.getcwd(), os.environ.get("KSCOUT_VECTORS")
     os.chdir(folder)
     os.environ["KSCOUT_VECTORS"] = "off"
+    stdout = io.StringIO()
     try:
-        main(["optimize", "layernorm", "--device", "cpu", "--budget", "2", "--trials", "1", "--store", "store"])
+        with contextlib.redirect_stdout(stdout):
+            main(
+                ["optimize", "layernorm", "--device", "cpu", "--budget", "2", "--trials", "1", "--store", "store"]
+                + ["--json"]
+            )
         code = 0
     except SystemExit as exc:
         code = exc.code
@@ -89,11 +96,11 @@ def optimized(tmp_path_factory):
             os.environ.pop("KSCOUT_VECTORS", None)
         else:
             os.environ["KSCOUT_VECTORS"] = vectors
-    return folder, code
+    return folder, code, stdout.getvalue()
 
 
 def test_optimize_writes_the_best_kernel_prints_its_path_and_the_header_reevaluates_it(optimized, capsys, monkeypatch):
-    folder, code = optimized
+    folder, code, _ = optimized
     assert code == 0
     monkeypatch.chdir(folder)
     (path,) = (folder / "kscout-best").glob("layernorm-*.py")
@@ -114,8 +121,30 @@ def test_optimize_writes_the_best_kernel_prints_its_path_and_the_header_reevalua
     assert code == 0 and out == text.replace(str(path.relative_to(folder)), "THIS_FILE.py")
 
 
+def test_optimize_json_on_the_cpu_names_eager_and_torch_compile_as_not_measured_with_the_reason(optimized):
+    folder, code, out = optimized
+    summary = json.loads(out)
+    assert code == 0 and summary["kernel_file"] is not None and summary["kernels"]
+    reason = "not measured on this device (cpu, Triton interpreter)"
+    for kernel in [summary["best"], *summary["kernels"]]:
+        assert kernel["verdict"] == {
+            "numbers_from": None,
+            "how": None,
+            "cases": [],
+            "across": [],
+            "not_measured": [
+                {"baseline": "eager", "speed": "not measured", "reason": reason},
+                {"baseline": "torch_compile", "speed": "not measured", "reason": reason},
+            ],
+            "pct_of_copy_worst": None,
+            "pct_of_copy_worst_case": None,
+            "uncovered_cases": [],
+            "measured": False,
+        }
+
+
 def test_show_source_prints_any_candidate_and_refuses_a_candidate_without_the_flag(optimized, capsys, monkeypatch):
-    folder, _ = optimized
+    folder, _, _ = optimized
     monkeypatch.chdir(folder)
     code, out, _ = kscout(["runs", "--store", "store", "--json"], capsys)
     (run,) = json.loads(out)["runs"]
@@ -130,6 +159,120 @@ def test_show_source_prints_any_candidate_and_refuses_a_candidate_without_the_fl
     assert "# not the run's pick: the run picked " in out
     code, _, err = kscout(["show", summary["run_id"], other[:10], "--store", "store"], capsys)
     assert code == 2 and err.strip() == "kscout: error: a CANDIDATE after the run id is only read with --source"
+
+
+CUMSUM_PROBLEM = SORT_PROBLEM.replace("torch.sort(x, dim=-1).values", "torch.cumsum(x, dim=-1)")
+RAISES = """import torch
+import triton
+import triton.language as tl
+
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        raise ValueError("scan over an empty dimension (size 0)")
+"""
+RAISED = "forward raised on M=4,N=8|float32 trial 0: ValueError: scan over an empty dimension (size 0)"
+
+
+class _OneRaisingCandidate:
+    """A stand-in proposer: one candidate whose forward raises, then nothing more."""
+
+    name = "template"
+
+    def __init__(self):
+        self.asked = 0
+
+    def propose(self, request):
+        from agent.proposers.base import Proposal, ProposalError, ProposeResult
+
+        self.asked += 1
+        if self.asked > 1:
+            return ProposeResult(errors=(ProposalError(kind="exhausted", message="stand-in: nothing more"),))
+        return ProposeResult(proposals=(Proposal(source=RAISES, rationale="a candidate that raises"),))
+
+
+@pytest.fixture(scope="module")
+def failed_run(tmp_path_factory):
+    """A real CPU search (budget 1) whose one candidate raises: (folder, exit code, run id, candidate id)."""
+    import agent.search.session as session
+
+    folder = tmp_path_factory.mktemp("failed")
+    (folder / "cumsum.py").write_text(CUMSUM_PROBLEM)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(folder)
+        mp.setenv("KSCOUT_VECTORS", "off")
+        mp.setattr(session, "make_proposer", lambda *a, **k: _OneRaisingCandidate())
+        try:
+            main(["optimize", "cumsum.py", "--device", "cpu", "--budget", "1", "--trials", "1", "--store", "store"])
+            code = 0
+        except SystemExit as exc:
+            code = exc.code
+    with Store.open(folder / "store") as st:
+        (run,) = st.list_runs()
+        (cand,) = st.candidates(run.run_id)
+    return folder, code, run.run_id, cand.candidate_id
+
+
+def _words(text: str) -> str:
+    return " ".join(text.split())  # a message wrapped at 80 columns reads as one line again
+
+
+@pytest.mark.slow
+def test_show_and_report_of_a_failed_run_give_each_failed_candidates_message_and_error_class(failed_run, capsys):
+    folder, code, run_id, cid = failed_run
+    assert code == 1
+    for cmd in ("show", "report"):
+        code, out, err = kscout([cmd, run_id, "--store", str(folder / "store")], capsys)
+        assert code == 0, err
+        assert f"{cid[:12]} crashed at correctness: ValueError {RAISED}" in _words(out), cmd
+
+
+@pytest.mark.slow
+def test_report_json_of_a_failed_run_gives_each_failed_candidates_message_and_error_class(failed_run, capsys):
+    folder, _, run_id, cid = failed_run
+    code, out, err = kscout(["report", run_id, "--store", str(folder / "store"), "--json"], capsys)
+    assert code == 0, err
+    (node,) = json.loads(out)["nodes"]
+    assert (node["candidate_id"], node["status"], node["failed_stage"], node["error_class"], node["message"]) == (
+        cid,
+        "crashed",
+        "correctness",
+        "ValueError",
+        RAISED,
+    )
+
+
+@pytest.mark.slow
+def test_report_html_of_a_failed_run_gives_each_failed_candidates_message_and_error_class(failed_run, capsys):
+    import re
+
+    folder, _, run_id, cid = failed_run
+    page = folder / "page.html"
+    code, _, err = kscout(["report", run_id, "--store", str(folder / "store"), "--html", str(page)], capsys)
+    assert code == 0, err
+    html = page.read_text()
+    table = re.search(r'<table id="failed-candidates">(.*?)</table>', html, re.S).group(1)
+    rows = re.findall(r"<tr><td>(.*?)</td><td[^>]*>(.*?)</td><td>(.*?)</td><td>(.*?)</td><td>(.*?)</td></tr>", table)
+    assert [r[1:] for r in rows] == [("crashed", "correctness", "ValueError", RAISED)]
+    assert f"<code>{cid[:12]}</code>" in rows[0][0]
+    assert f'<small class="failed">ValueError: {RAISED}</small>' in html  # on its node in the search tree
+
+
+def test_eval_without_a_sandbox_says_so_in_one_line_that_names_bubblewrap(cwd, capsys, monkeypatch):
+    from evaluation import isolation
+
+    reason = "bubblewrap (bwrap) is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
+    monkeypatch.setitem(isolation._PROBE, "cpu", isolation._Probe(False, reason))
+    monkeypatch.setattr(isolation, "_WARNED", False)
+    monkeypatch.delenv("KSCOUT_SANDBOX", raising=False)
+    (cwd / "broken.py").write_text("def f(:\n")
+    code, out, err = kscout(["eval", "broken.py", "--problem", "layernorm", "--device", "cpu"], capsys)
+    assert code == 1, out + err
+    assert err.splitlines() == [  # not Python's "file.py:86: UnsandboxedWarning:" and a dangling source line
+        "kscout: warning: candidate code runs WITHOUT an OS sandbox on this machine: bubblewrap (bwrap) is "
+        "not installed (Debian/Ubuntu: apt-get install bubblewrap). Every result records isolation='none' "
+        "and cannot be promoted without an explicit override"
+    ]
 
 
 def test_a_run_without_a_passing_candidate_exits_1_and_writes_no_kernel(cwd, capsys):

@@ -12,6 +12,7 @@ import json
 import os
 import socket
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -262,3 +263,21 @@ def test_an_import_path_under_tmp_is_visible_inside_the_sandbox(tmp_path, monkey
     value, listing = done.stdout.split(" ", 1)
     assert value == "42"
     assert "kscout-home" not in listing  # only the bound paths exist under the fresh /tmp
+
+
+def test_the_unsandboxed_warning_is_one_line_that_says_what_bubblewrap_is_for(monkeypatch):
+    from evaluation import isolation
+
+    failed = "bwrap failed here (exit 1): bwrap: setting up uid map:\n  Permission denied"
+    monkeypatch.setitem(isolation._PROBE, "cpu", isolation._Probe(False, failed))
+    monkeypatch.setattr(isolation, "_WARNED", False)
+    with pytest.warns(isolation.UnsandboxedWarning) as caught:
+        assert resolve_sandbox("auto", "cpu") == "none"
+    assert [str(w.message) for w in caught] == [
+        "candidate code runs WITHOUT an OS sandbox on this machine: bwrap failed here (exit 1): bwrap: setting up "
+        "uid map: Permission denied. Every result records isolation='none' and cannot be promoted without an "
+        "explicit override; the sandbox is bubblewrap (apt-get install bubblewrap)"
+    ]
+    with warnings.catch_warnings():  # once per process: a second candidate warns no more
+        warnings.simplefilter("error")
+        assert resolve_sandbox("auto", "cpu") == "none"

@@ -234,7 +234,11 @@ def test_kscout_optimize_json_end_to_end(home, capsys):
     out = json.loads(done.stdout)  # exactly one JSON object on stdout
     assert done.stdout.count("\n") == 1
     assert out["stop_reason"] == "evaluation_budget" and out["evaluations"] == 4
-    assert out["best"]["status"] == "passed" and out["best"]["verdict"] is None
+    assert out["best"]["status"] == "passed" and out["best"]["verdict"]["measured"] is False
+    assert [(n["baseline"], n["speed"]) for n in out["best"]["verdict"]["not_measured"]] == [
+        ("eager", "not measured"),
+        ("torch_compile", "not measured"),
+    ]
     assert len(out["best"]["candidate_id"]) == 64 and len(out["nodes"]) == 4
     assert out["timed"] is False and out["note"].startswith("correctness only")
     assert "[evaluated 4/4]" in done.stderr  # progress went to stderr

@@ -166,3 +166,14 @@ def test_kernel_file_header_is_comments_only_and_states_the_verdict(gpu_run, tmp
     assert f"run {run.run_id}, candidate {source_sha256(best_src)}" in head
     assert "vs torch.compile" in head and "vs eager" in head
     assert f"re-evaluate: kscout eval {path} --problem layernorm --device cuda" in head
+
+
+def test_kernel_file_header_says_how_to_run_the_kernel_on_a_cpu(gpu_run, tmp_path):
+    st, run, _, best_src = gpu_run
+    s = summarize(st, run.run_id)
+    head = kernelfile.render(s, s.in_hand, best_src, "k.py").partition("\n\n")[0].splitlines()
+    assert head[-2:] == [
+        "# on a CPU: set TRITON_INTERPRET=1 before this file is imported (e.g. TRITON_INTERPRET=1 python app.py), "
+        "so that Triton's interpreter runs its kernels; kscout eval sets it itself",
+        "# (this header is comments only; below it is the candidate exactly as it was evaluated)",
+    ]

@@ -2,9 +2,10 @@
 
 The file is the candidate's source exactly as it was evaluated, under a header of comments that says
 what it is for (problem, device, versions), what it is worth (vs eager and torch.compile, from the
-summary's verdict), where it came from (run and candidate ids) and how to judge it again
-(`kscout eval FILE --problem ...`). Comments only, so the file is still a valid candidate; its hash is
-not the candidate id any more, which is why the header carries the id.
+summary's verdict), where it came from (run and candidate ids), how to judge it again
+(`kscout eval FILE --problem ...`) and how to run it on a CPU (TRITON_INTERPRET=1). Comments only,
+so the file is still a valid candidate; its hash is not the candidate id any more, which is why the
+header carries the id.
 """
 
 from __future__ import annotations
@@ -17,6 +18,11 @@ from typing import Optional
 from agent.search.summary import KernelView, RunSummary, label, verdict_line
 
 DEFAULT_DIR = Path("kscout-best")
+# Triton picks its interpreter when @triton.jit runs, that is when this file is imported.
+CPU_HINT = (
+    "set TRITON_INTERPRET=1 before this file is imported (e.g. TRITON_INTERPRET=1 python app.py), "
+    "so that Triton's interpreter runs its kernels; kscout eval sets it itself"
+)
 
 
 def default_path(summary: RunSummary) -> Path:
@@ -63,8 +69,9 @@ def verdict_lines(summary: RunSummary, kernel: KernelView) -> list[str]:
     n_cases = len(kernel.checks)
     lines.append(f"correct on all {n_cases} declared cases ({', '.join(sorted({c.dtype for c in kernel.checks}))})")
     v = kernel.verdict
-    if v is None:
-        lines.append(f"speed not measured: {summary.timing_note or 'nothing was timed'}")
+    if v is None or not v.measured:
+        why = v.not_measured[0].reason if v is not None and v.not_measured else None
+        lines.append(f"speed not measured: {why or summary.timing_note or 'nothing was timed'}")
     else:
         src = v.how or ("its search evaluation" if v.numbers_from == "search" else "the re-measure")
         lines.append(f"speed ({src}): {verdict_line(v)}")
@@ -92,6 +99,7 @@ def render(summary: RunSummary, kernel: KernelView, source: str, path: Optional[
         f"run {summary.run_id}, candidate {kernel.candidate_id} ({kernel.proposer})",
         *verdict_lines(summary, kernel),
         f"re-evaluate: {reeval_command(summary, path or 'THIS_FILE.py')}",
+        f"on a CPU: {CPU_HINT}",
         "(this header is comments only; below it is the candidate exactly as it was evaluated)",
     ]
     return "".join(f"# {line}\n" for line in head) + "\n" + source

@@ -150,6 +150,7 @@ def render_html(s: RunSummary, best_source: Optional[str]) -> str:
         errors_svg=None if timed else errors_svg(s),
         status_svg=status_svg(s) if s.points else None,
         best_source=best_source,
+        failed=s.failed_nodes,
         fmt=_fmt,
         label=label,
         across_line=across_line,

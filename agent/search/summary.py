@@ -6,7 +6,10 @@ user compares against (eager and torch.compile) with their intervals, from the s
 covers every timed case: the geometric mean over them and the worst one, never only one case. The
 numbers come from the interleaved re-measure where the kernel has one (eager, torch.compile and the
 seed timed round by round in one process), else from its search evaluation; `numbers_from` says
-which, and `uncovered_cases` names the timed cases the numbers leave out.
+which, and `uncovered_cases` names the timed cases the numbers leave out. Where nothing was timed
+(the CPU) the verdict is still there: `measured` is false and `not_measured` names eager and
+torch.compile with the reason, so no view has to guess what a missing number means. A failed
+candidate's node carries its error class and the first line of its message (the case and trial).
 """
 
 from __future__ import annotations
@@ -76,14 +79,29 @@ class Across(Frozen):
     cases: int
 
 
+class NotMeasured(Frozen):
+    """A baseline the verdict has no number against (eager, torch.compile), and why."""
+
+    baseline: str
+    speed: Literal["not measured"] = "not measured"
+    reason: str  # e.g. "not measured on this device (cpu, Triton interpreter)"
+
+
 class Verdict(Frozen):
-    numbers_from: Literal["remeasure", "search"]
+    numbers_from: Optional[Literal["remeasure", "search"]]  # None: nothing was timed
     how: Optional[str] = None  # e.g. "re-measured in 5 rounds interleaved with eager and torch.compile"
-    cases: tuple[CaseNumbers, ...]
-    across: tuple[Across, ...]  # eager first, then torch.compile, then any other baseline
+    cases: tuple[CaseNumbers, ...] = ()
+    across: tuple[Across, ...] = ()  # eager first, then torch.compile, then any other baseline
+    not_measured: tuple[NotMeasured, ...] = ()  # eager and torch.compile where `across` lacks them
     pct_of_copy_worst: Optional[float] = None
     pct_of_copy_worst_case: Optional[str] = None
     uncovered_cases: tuple[str, ...] = ()  # timed cases of the problem these numbers do not cover
+
+    @computed_field
+    @property
+    def measured(self) -> bool:
+        """Some case was timed; false on the CPU, where `not_measured` says why for each baseline."""
+        return bool(self.cases)
 
     def vs(self, baseline: str) -> Optional[Across]:
         return next((a for a in self.across if a.baseline == baseline), None)
@@ -107,7 +125,7 @@ class KernelView(Frozen):
     proposer: str
     picked: bool  # the run's declared best
     status: str  # of its search evaluation
-    verdict: Optional[Verdict] = None  # None where nothing was timed
+    verdict: Optional[Verdict] = None  # None only where it was never evaluated; untimed: measured false
     checks: tuple[ShapeCheck, ...] = ()
 
     # The verdict against eager, for callers that want one number (geomean over the timed cases).
@@ -128,6 +146,8 @@ class NodeView(Frozen):
     tags: tuple[str, ...] = ()
     status: Optional[str]  # None: written, not evaluated yet
     error_class: Optional[str] = None
+    failed_stage: Optional[str] = None
+    message: Optional[str] = None  # a failure's first line: "forward raised on CASE trial N: ValueError: ..."
     speedup: Optional[float] = None  # geomean vs eager of its search evaluation; None where untimed
     reused: bool = False  # the evaluation came from an earlier run on the same environment
 
@@ -191,6 +211,11 @@ class RunSummary(Frozen):
         return out
 
     @property
+    def failed_nodes(self) -> tuple[NodeView, ...]:
+        """The candidates whose search evaluation failed, in the order they were written."""
+        return tuple(n for n in self.nodes if n.status is not None and n.status != "passed")
+
+    @property
     def in_hand(self) -> Optional[KernelView]:
         """The kernel a user gets: the pick, else the fastest passing candidate (not a win; the note says)."""
         return self.best or (self.kernels[0] if self.kernels else None)
@@ -205,15 +230,26 @@ def _timed_ids(problem: Optional[ProblemInfo]) -> tuple[str, ...]:
     return tuple(c.case_id for c in cases)
 
 
+NOT_TIMED_WITH_IT = "not timed with this kernel"
+
+
+def _not_measured(have: set[str], reason: str) -> tuple[NotMeasured, ...]:
+    return tuple(NotMeasured(baseline=b, reason=reason) for b in BASELINE_ORDER if b not in have)
+
+
 def verdict_of(
     result: EvalResult,
     kind: Literal["remeasure", "search"],
     timed_ids: tuple[str, ...] = (),
     seed_result: Optional[EvalResult] = None,
-) -> Optional[Verdict]:
-    """The kernel's numbers from one evaluation; `seed_result`: the seed in the same re-measure."""
+) -> Verdict:
+    """The kernel's numbers from one evaluation; `seed_result`: the seed in the same re-measure.
+
+    Untimed (the CPU, or a candidate that did not pass): a verdict that measured nothing, naming each
+    baseline with the reason."""
     if not result.timing:
-        return None
+        reason = result.timing_note or ("it did not pass, so it was not timed" if not result.passed else "not timed")
+        return Verdict(numbers_from=None, not_measured=_not_measured(set(), reason))
     seed_p = {t.case_id: t.candidate for t in seed_result.timing} if seed_result else {}
     cases = []
     for t in result.timing:
@@ -269,6 +305,7 @@ def verdict_of(
         how=result.timing_note if kind == "remeasure" else None,
         cases=tuple(cases),
         across=tuple(across),
+        not_measured=_not_measured({a.baseline for a in across}, NOT_TIMED_WITH_IT),
         pct_of_copy_worst=worst_pct[0] if worst_pct else None,
         pct_of_copy_worst_case=worst_pct[1] if worst_pct else None,
         uncovered_cases=tuple(i for i in timed_ids if i not in covered),
@@ -289,6 +326,11 @@ def _checks(result: EvalResult) -> tuple[ShapeCheck, ...]:
         )
         for s in result.shape_results
     )
+
+
+def _first_line(text: Optional[str]) -> Optional[str]:
+    lines = (text or "").strip().splitlines()
+    return lines[0].strip() if lines else None
 
 
 def _speed(result: Optional[EvalResult], baseline: str = "eager") -> Optional[float]:
@@ -383,6 +425,8 @@ def _summarize(store, data: _Loaded) -> RunSummary:
                 tags=c.transformation_tags,
                 status=r.status.value if r else None,
                 error_class=r.error_class if r else None,
+                failed_stage=r.failed_stage.value if r and r.failed_stage else None,
+                message=_first_line(r.message) if r and not r.passed else None,
                 speedup=_speed(r),
                 reused=c.candidate_id in reused,
             )

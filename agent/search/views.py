@@ -12,7 +12,7 @@ from collections import defaultdict
 from typing import Optional
 
 from agent.search.summary import KernelView, RunSummary, fmt_ratio, label
-from agent.term import human, kv_table, none_line, short, table
+from agent.term import human, indented, kv_table, none_line, short, table
 
 MAX_INDENT = 6  # levels; deeper nodes line up at this depth and say their generation (g12)
 _STYLE = {"passed": "green", None: "dim"}
@@ -73,13 +73,14 @@ def verdict_rows(kernel: Optional[KernelView], summary: RunSummary) -> list[tupl
         head += " (fastest passing; not a win)"
     rows = [("best", head)]
     v = kernel.verdict
-    if v is None:
-        rows.append(("speed", summary.timing_note or "not measured"))
+    if v is None or not v.measured:
+        why = v.not_measured[0].reason if v is not None and v.not_measured else None
+        rows.append(("speed", why or summary.timing_note or "not measured"))
         return rows
     for a in v.across:
         rows.append((f"vs {label(a.baseline)}", fmt_ratio(a.geomean) + _tail(a)))
-    if v.vs("torch_compile") is None:
-        rows.append(("vs torch.compile", "not timed with this kernel"))
+    for n in v.not_measured:
+        rows.append((f"vs {label(n.baseline)}", n.reason))
     if v.pct_of_copy_worst is not None:
         rows.append(("copy bandwidth", f"{v.pct_of_copy_worst:.1f}% at worst ({v.pct_of_copy_worst_case})"))
     rows.append(
@@ -107,7 +108,7 @@ def _tail(a) -> str:
 def case_table(kernel: KernelView, title: Optional[str] = None):
     """One row per timed case: p50, x each baseline, GB/s, % of copy."""
     v = kernel.verdict
-    if v is None:
+    if v is None or not v.measured:
         return None
     names = [a.baseline for a in v.across]
     t = table("case", "p50 ms", *[f"x {label(b)}" for b in names], "GB/s", "% copy", title=title)
@@ -158,6 +159,23 @@ def summary_rows(summary: RunSummary) -> list[tuple[str, str]]:
     return rows
 
 
+def failure_lines(summary: RunSummary) -> list:
+    """Per failed candidate: its id, status, stage and error class, then its message's first line
+    (indented; wrapped, never cut, since it names the case and trial)."""
+    from rich.text import Text
+
+    out: list = []
+    for n in summary.failed_nodes:
+        head = Text(f"  {short(n.candidate_id)} ")
+        head.append(human(n.status), style="red")
+        head.append((f" at {human(n.failed_stage)}" if n.failed_stage else "") + f": {n.error_class or '-'}")
+        head.no_wrap, head.overflow = True, "ellipsis"
+        out.append(head)
+        if n.message:
+            out.append(indented(n.message, 4))
+    return out
+
+
 def render_show(console, summary: RunSummary) -> None:
     from rich.text import Text
 
@@ -173,6 +191,11 @@ def render_show(console, summary: RunSummary) -> None:
     for key, value in summary_rows(summary):
         kv.add_row(key, value)
     console.print(kv)
+    failed = failure_lines(summary)
+    if failed:
+        console.print(f"failed candidates ({len(summary.failed_nodes)}), each with the first line of its message:")
+        for line in failed:
+            console.print(line)
     k = summary.in_hand
     if k is not None and k.verdict is not None and len(k.verdict.cases) > 1:
         console.print(case_table(k, title="per timed case (? = interval includes 1.0)"))
