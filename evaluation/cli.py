@@ -1,7 +1,7 @@
 """`kscout eval` and `kscout problems`: parse, call one library function, render.
 
 Exit codes: 0 passed, 1 the candidate failed, 2 bad input (raised as KscoutError; agent/cli.py prints
-the one line). `--json` prints exactly one JSON object on stdout.
+the one line), 3 not judged (the CPU's interpreter ran out of time while every judged output was right). `--json` prints exactly one JSON object on stdout.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import typer
 
 from evaluation.errors import CandidateError, ProblemError
 from evaluation.problem_file import SLOT
+from evaluation.records import Status
 
 
 def parse_sets(pairs: list[str] | None) -> dict[str, int]:
@@ -147,7 +148,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Evaluate a candidate kernel: static check, compile, correctness on every case, timing.
 
-        Exit codes: 0 the candidate passed, 1 it failed (a verdict, not an error), 2 bad input.
+        Exit codes: 0 the candidate passed, 1 it failed (a verdict, not an error), 2 bad input, 3 not
+        judged (on the CPU, the interpreter ran out of --timeout while every judged output was right).
         """
         from evaluation.approximations import annotate
         from evaluation.fingerprint import resolve_device
@@ -164,6 +166,8 @@ def register(app: typer.Typer) -> None:
             typer.echo(result.model_dump_json())
         else:
             render_result(result)
+        if result.status is Status.not_judged:
+            raise SystemExit(3)
         if not result.passed:
             raise SystemExit(1)
 

@@ -28,7 +28,7 @@ import torch
 from evaluation import protocol
 from evaluation.compare import Comparison, compare
 from evaluation.errors import ProblemError
-from evaluation.inputs import RNG_LOCK, STRESS_LADDERS, describe, restates, trial_inputs
+from evaluation.inputs import RNG_LOCK, SCALING_KINDS, STRESS_LADDERS, describe, restates, trial_inputs
 from evaluation.problem import exec_problem_source, init_inputs, read_source
 from evaluation.records import KernelInfo, ProblemInfo, ShapeCase, ShapeResult, Stage, Status
 
@@ -161,7 +161,8 @@ class References:
         module = self.module(case.params)
         plain = trial_inputs(module, case.dtype, trial.model_copy(update=dict(scale=1.0, shift=0.0)), self.device)
         if not any(
-            isinstance(x, torch.Tensor) and x.is_floating_point() and restates(x, trial.scale, True) for x in plain
+            isinstance(x, torch.Tensor) and x.is_floating_point() and restates(x, trial.scale, True, trial.label)
+            for x in plain
         ):
             return False  # no input this kind changes: the trial would repeat the plain one
         inputs = trial_inputs(module, case.dtype, trial, self.device)
@@ -327,7 +328,7 @@ _PLAN_LOCK = threading.Lock()
 def _stress(kind: str, value: float, seed: int) -> protocol.Trial:
     return protocol.Trial(
         seed=seed,
-        scale=value if kind in ("large_logits", "negated") else 1.0,
+        scale=value if kind in SCALING_KINDS else 1.0,
         shift=value if kind == "large_offset" else 0.0,
         stress=True,
         label=kind,
@@ -348,6 +349,36 @@ def stress_trials(refs: References, case: ShapeCase, first_seed: int) -> list[pr
                     plan.append((kind, value))
             _STRESS_PLANS[key] = plan
     return [_stress(kind, value, first_seed + k) for k, (kind, value) in enumerate(plan)]
+
+
+# The CPU's time policy. The Triton interpreter works through about a million elements a second on
+# these kernels (a 4096x4096 layernorm, one row per program: ~14 s), so a plan that gives every case
+# the same trials spends a CPU evaluation's budget on its largest cases. There, each case keeps its
+# stress trials and one random trial, and the other random trials go to the cheapest cases first
+# while the planned elements fit in this share of the time budget.
+CPU_ELEMENTS_PER_S = 1_000_000
+CPU_PLAN_SHARE = 0.5
+
+
+def cpu_trial_counts(costs: dict[int, int], stress: dict[int, int], trials: int, budget_s: float) -> dict[int, int]:
+    """Random trials per case (at least 1, at most `trials`) for cases of `costs` input elements each,
+    every case also running `stress[i]` stress trials, within `budget_s` of interpreter time."""
+    budget = budget_s * CPU_PLAN_SHARE * CPU_ELEMENTS_PER_S
+    counts = {i: 1 for i in costs}
+    spent = sum(costs[i] * (1 + stress.get(i, 0)) for i in costs)
+    for _ in range(1, trials):
+        for i in sorted(costs, key=lambda i: (costs[i], i)):
+            if spent + costs[i] > budget:
+                break
+            counts[i] += 1
+            spent += costs[i]
+    return counts
+
+
+def input_elements(refs: References, case: ShapeCase) -> int:
+    """How many elements a case's inputs hold (drawn once, with the planning seed)."""
+    inputs = trial_inputs(refs.module(case.params), case.dtype, protocol.Trial(seed=PLAN_SEED), "cpu")
+    return max(1, sum(x.numel() for x in inputs if isinstance(x, torch.Tensor)))
 
 
 def trial_plan(refs: References, case: ShapeCase, seed: int, trials: int) -> list[protocol.Trial]:
@@ -398,10 +429,20 @@ class CorrectnessRun:
     """One candidate's correctness stage, as the parent sees it: the request, then every message."""
 
     def __init__(
-        self, source: str, info: ProblemInfo, device: str, trials: int, seed: int, refs: References | None = None
+        self,
+        source: str,
+        info: ProblemInfo,
+        device: str,
+        trials: int,
+        seed: int,
+        refs: References | None = None,
+        budget_s: float | None = None,
     ):
-        """`refs`: a search's shared references (with the same seed), else this run's own."""
+        """`refs`: a search's shared references (with the same seed), else this run's own. `budget_s`:
+        the evaluation's time limit; on the CPU the random trials are planned to fit in it."""
         self.source, self.info, self.device = source, info, device
+        self.budget_s = budget_s
+        self._cpu_counts: dict[int, int] | None = None
         self.seeds = [seed + t for t in range(trials)]
         self.refs = refs if refs is not None else References(info, device, seed)
         if self.refs.init_seed != seed:
@@ -417,7 +458,16 @@ class CorrectnessRun:
         self.done = False
 
     def plan(self, index: int, case: ShapeCase) -> list[protocol.Trial]:
-        return trial_plan(self.refs, case, self.refs.init_seed, len(self.seeds))
+        seed, trials = self.refs.init_seed, len(self.seeds)
+        if self.device != "cpu" or self.budget_s is None or trials == 1:
+            return trial_plan(self.refs, case, seed, trials)
+        if self._cpu_counts is None:
+            cases = dict(enumerate(self.info.shape_cases))
+            costs = {i: input_elements(self.refs, c) for i, c in cases.items()}
+            stress = {i: len(stress_trials(self.refs, c, seed + trials)) for i, c in cases.items()}
+            self._cpu_counts = cpu_trial_counts(costs, stress, trials, self.budget_s)
+        n = self._cpu_counts[index]
+        return regular_trials(seed, n) + stress_trials(self.refs, case, seed + trials)
 
     def request(self, scratch, key: bytes) -> protocol.WorkerRequest:
         cases = list(enumerate(self.info.shape_cases))
@@ -553,6 +603,21 @@ class CorrectnessRun:
                 message=result.message("forward"),
             ), hybrid
         return None, hybrid
+
+    def judged_trials(self) -> int:
+        """How many trial outputs the parent has judged so far (progress a slow interpreter still made)."""
+        return sum(len(v) for v in self.verdicts.values())
+
+    def failing_partial(self) -> tuple[int, int] | None:
+        """A (case index, trial) whose judged output failed in a case that never completed."""
+        done = {r.case_id for r in self.outcome.shape_results}
+        for index in sorted(self.verdicts):
+            if self.info.shape_cases[index].case_id in done:
+                continue
+            for t in sorted(self.verdicts[index]):
+                if not self.verdicts[index][t].passed:
+                    return index, t
+        return None
 
     def first_failure_kind(self) -> str | None:
         for index in sorted(self.verdicts):

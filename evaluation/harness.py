@@ -130,6 +130,36 @@ def _death(exit_: WorkerExit, stage: Stage, timeout_s: float) -> dict[str, Any]:
     )
 
 
+def _incorrect(run: CorrectnessRun, info: ProblemInfo, exit_: Optional[WorkerExit] = None) -> dict[str, Any]:
+    failed = [r for r in run.outcome.shape_results if not r.passed]
+    ended = ""
+    if exit_ is not None:  # judged wrong before the process ran out of time or died
+        ended = f" (judged before the process {'ran out of time' if exit_.timed_out else 'ended'})"
+    return dict(
+        status=Status.incorrect,
+        failed_stage=Stage.correctness,
+        error_class=run.first_failure_kind(),
+        message=f"{len(failed)} of {len(info.shape_cases)} cases failed{ended}; first {failed[0].case_id}: "
+        f"{failed[0].message}",
+    )
+
+
+def _interpreter_time(run: CorrectnessRun, info: ProblemInfo, exit_: WorkerExit, timeout_s: float) -> dict[str, Any]:
+    """On the CPU, a process that ran out of time after judged progress, every output right: the
+    interpreter's speed, not the kernel's fault (a hang makes no progress and stays `timed_out`)."""
+    planned = sum(len(p) for p in run.plans.values())
+    where = last_progress(exit_.stderr_tail)
+    return dict(
+        status=Status.not_judged,
+        failed_stage=Stage.correctness,
+        error_class="InterpreterTime",
+        message=f"not judged: the Triton interpreter used the {timeout_s:g} s budget after "
+        f"{run.judged_trials()} of {planned} trials ({len(run.outcome.shape_results)} of {len(info.shape_cases)} "
+        f"cases) had passed{f', during {where}' if where else ''}; on a CPU this says nothing about the "
+        "kernel (give --timeout more, or judge it on a GPU)",
+    )
+
+
 def _forged(exit_: WorkerExit, stage: Stage) -> dict[str, Any]:
     return dict(
         status=Status.rejected,
@@ -383,7 +413,7 @@ def evaluate(
         )
 
     refs = context.references(info, dev) if context is not None and overrides is None else None
-    run = CorrectnessRun(source, info, dev, trials, seed, refs=refs)
+    run = CorrectnessRun(source, info, dev, trials, seed, refs=refs, budget_s=timeout_s)
     sha = source_sha256(source)
     keep = None
     if context is not None and isolation == "bwrap":
@@ -437,6 +467,14 @@ def _judged(
     if run.stop is not None:
         return finish(**_stopped(run.stop), **common)
     if exit_.timed_out or not run.done:
+        partial = run.failing_partial()
+        if partial is not None:  # a wrong output is wrong, however the process ended afterwards
+            run.outcome.shape_results.append(run._shape_result(partial[0]))
+            common["shape_results"] = tuple(run.outcome.shape_results)
+        if any(not r.passed for r in run.outcome.shape_results):
+            return finish(**_incorrect(run, info, exit_), **common)
+        if exit_.timed_out and dev == "cpu" and run.judged_trials():
+            return finish(**_interpreter_time(run, info, exit_, timeout_s), **common)
         return finish(**_death(exit_, Stage.correctness, timeout_s), **common)
     acc = run.accounting
     if acc is not None:
@@ -461,16 +499,8 @@ def _judged(
             message=f"the worker reported success but {missing} case results never arrived",
             **common,
         )
-    failed = [r for r in run.outcome.shape_results if not r.passed]
-    if failed:
-        return finish(
-            status=Status.incorrect,
-            failed_stage=Stage.correctness,
-            error_class=run.first_failure_kind(),
-            message=f"{len(failed)} of {len(info.shape_cases)} cases failed; first {failed[0].case_id}: "
-            f"{failed[0].message}",
-            **common,
-        )
+    if any(not r.passed for r in run.outcome.shape_results):
+        return finish(**_incorrect(run, info), **common)
     if not _times_here(dev):
         return finish(status=Status.passed, timing_note=NOT_MEASURED_CPU, **common)
     return finish(status=Status.passed, timing_note="timing not requested", **common)

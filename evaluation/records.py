@@ -28,6 +28,9 @@ class Status(str, enum.Enum):
     rejected = "rejected"  # a cheat: no Triton launch, PyTorch compute, mutated inputs, patched harness
     crashed = "crashed"  # the candidate's process died or raised outside compilation
     timed_out = "timed_out"
+    # The Triton interpreter (CPU) ran out of the evaluation's time while every trial it judged had
+    # passed: says nothing about the kernel, so it is neither a pass nor a failure pattern.
+    not_judged = "not_judged"
 
 
 class Stage(str, enum.Enum):

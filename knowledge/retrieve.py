@@ -394,8 +394,12 @@ PASSED_STATUSES = ("passed", "correctness_only")
 FAILURE_ORDER = ("incorrect", "compile_error", "crashed", "timed_out", "rejected")
 
 
+# The interpreter ran out of time with every judged trial right: neither a pass nor a failure.
+UNJUDGED_STATUSES = ("not_judged",)
+
+
 def is_failure(o: OutcomeRecord) -> bool:
-    return o.status not in PASSED_STATUSES
+    return o.status not in PASSED_STATUSES and o.status not in UNJUDGED_STATUSES
 
 
 def _measured(o: OutcomeRecord) -> Optional[SpeedVerdict]:
@@ -420,6 +424,8 @@ def outcome_verdict(o: OutcomeRecord) -> str:
     verdict (significant speedup, significant slowdown, within noise)."""
     if is_failure(o):
         return f"failed: {o.status}"
+    if o.status in UNJUDGED_STATUSES:
+        return "not judged (interpreter time)"
     if o.status == "correctness_only" or o.speedup is None:
         return "correct, not timed"
     verdict = speed_verdict(o.speedup_low, o.speedup_high)

@@ -13,7 +13,7 @@ import hashlib
 import math
 from typing import Optional
 
-from evaluation.records import EvalResult, Fingerprint, ProblemInfo
+from evaluation.records import EvalResult, Fingerprint, ProblemInfo, Status
 from store.records import CandidateRecord, OutcomeRecord, utc_now
 
 CORRECTNESS_ONLY = "correctness_only"  # outcome status of a pass that was not timed (CPU)
@@ -144,6 +144,8 @@ def record(
 
 
 def derive(store, eval_id, candidate, result, problem, fingerprint, *, parent_eval_id=None) -> None:
+    if result.status is Status.not_judged:  # the interpreter ran out of time: no knowledge about the kernel
+        return
     if not result.passed:
         store.record_failure(
             problem.op_family,
