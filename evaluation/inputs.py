@@ -52,7 +52,11 @@ STRESS_LADDERS = {
     # running max that starts at 0 or a wrong negative slope would never show (issue 17's corpus);
     # planned only where such an input exists and the reference stays finite on it (not a log's domain).
     "negated": (-1e2, -10.0, -1.0),
+    # x * s for inputs that are never negative: a naive exp or logsumexp over torch.rand logits (or a
+    # mean loss over them) overflows only once they are large, which the signed kinds never make them.
+    "magnified": (1e4, 1e3, 1e2, 10.0),
 }
+SCALING_KINDS = ("large_logits", "negated", "magnified")  # the kinds whose value is the scale
 
 
 def make_inputs(
@@ -65,8 +69,10 @@ def make_inputs(
     scale: float | None = None,
     shift: float | None = None,
     stress: bool = False,
+    kind: str | None = None,
 ) -> list[Any]:
-    """Trial `trial`'s inputs (its rescale from `transform`), or an explicit `scale`/`shift`."""
+    """Trial `trial`'s inputs (its rescale from `transform`), or an explicit `scale`/`shift`
+    (`kind`: the stress kind, which says which inputs it restates)."""
     import torch
 
     with RNG_LOCK:  # seeding is global: two judging threads of one parent must not interleave their draws
@@ -84,7 +90,7 @@ def make_inputs(
         if isinstance(x, torch.Tensor):
             x = x.detach()
             if x.is_floating_point():
-                if (scale != 1.0 or shift != 0.0) and restates(x, scale, stress):
+                if (scale != 1.0 or shift != 0.0) and restates(x, scale, stress, kind):
                     x = _rescaled(x, scale, shift, target)
                 x = x.to(target)
             x = x.to(device)
@@ -94,20 +100,24 @@ def make_inputs(
 
 def trial_inputs(module, dtype: str, trial, device: str) -> list[Any]:
     """The inputs of a `protocol.Trial` (seed, scale, shift, stress): the one recipe of both sides."""
-    return make_inputs(module, dtype, trial.seed, 0, device, scale=trial.scale, shift=trial.shift, stress=trial.stress)
+    kind = trial.label if trial.stress else None
+    return make_inputs(
+        module, dtype, trial.seed, 0, device, scale=trial.scale, shift=trial.shift, stress=trial.stress, kind=kind
+    )
 
 
 def _signed(x) -> bool:
     return bool((x < 0).any()) and bool((x > 0).any())
 
 
-def restates(x, scale: float, stress: bool) -> bool:
+def restates(x, scale: float, stress: bool, kind: str | None = None) -> bool:
     """Whether a trial's rescale applies to the floating input `x`. Regular trials rescale every input;
-    stress trials that magnify (scale > 0) only inputs with both signs, and the negated stress trial
-    (scale < 0) only inputs that are never negative, where the other trials never reach a negative value."""
+    stress trials that magnify (scale > 0) only inputs with both signs, the magnified kind only inputs
+    that are never negative, and the negated stress trial (scale < 0) only inputs that are never
+    negative, where the other trials never reach a negative value."""
     if not stress:
         return True
-    if scale < 0:
+    if scale < 0 or kind == "magnified":
         return not bool((x < 0).any())
     return _signed(x)
 
