@@ -95,6 +95,7 @@ ALLOWED_OPS = frozenset(
 # See ComputeWatch.epilogue_ok for what "its own" and "small" mean.
 EPILOGUE_OPS = frozenset({"sum", "mean", "div", "div_", "sqrt", "sqrt_"})
 EPILOGUE_FRACTION = 8  # an epilogue reduces at most 1/8 of the largest input's elements (or one per row)
+SIZE_ELEMENTS = 16  # an integer tensor this small, not an input, holds sizes (a shape, its product)
 COPY_OPS = frozenset({"clone", "contiguous", "_to_copy", "_copy_from", "_copy_from_and_resize", "lift_fresh_copy"})
 
 
@@ -158,7 +159,7 @@ class ComputeWatch(TorchDispatchMode):
             out = func(*args, **kwargs)
             self.derived.update(_storages(out))
             return out
-        elif name not in ALLOWED_OPS:
+        elif name not in ALLOWED_OPS and not self.size_arithmetic(args, kwargs):
             self.flagged[str(func)] += 1
         out = func(*args, **kwargs)
         if name == "copy_" and len(args) >= 2 and set(_storages(args[1])) & self.tainted:
@@ -166,6 +167,19 @@ class ComputeWatch(TorchDispatchMode):
         elif name in COPY_OPS and set(_storages(list(args))) & self.tainted:
             self.tainted.update(_storages(out))
         return out
+
+    def size_arithmetic(self, args, kwargs) -> bool:
+        """Arithmetic on sizes, not compute: every tensor operand is an integer (or bool) tensor of at
+        most SIZE_ELEMENTS values that is not an input or parameter (`torch.tensor(x.shape[1:]).prod()`)."""
+        import torch
+
+        tensors = [a for a in list(args) + list(kwargs.values()) if isinstance(a, torch.Tensor)]
+        return bool(tensors) and all(
+            not (t.is_floating_point() or t.is_complex())
+            and t.numel() <= SIZE_ELEMENTS
+            and t.untyped_storage().data_ptr() not in self.tainted
+            for t in tensors
+        )
 
     def epilogue_ok(self, args, kwargs) -> bool:
         """Every tensor operand is a Triton output of this forward (or an epilogue's result) and holds

@@ -109,3 +109,22 @@ def test_the_same_convolution_is_pytorch_compute_where_the_problem_does_not_allo
         "TorchCompute",
     )
     assert "aten.convolution" in result.message
+
+
+LAYERNORM = (ROOT / "evaluation" / "seeds" / "layernorm.py").read_text()
+
+
+def test_a_product_of_sizes_computed_in_pytorch_is_not_compute():
+    # the normalized size as a product of the trailing dims, in a tensor (issue 25: aten.prod refused)
+    sized = LAYERNORM.replace("        n = x.shape[-1]\n", "        n = int(torch.tensor(x.shape[-1:]).prod())\n", 1)
+    assert sized != LAYERNORM
+    result = evaluate(sized, "layernorm", device="cpu", trials=1, overrides={"M": 2})
+    assert result.status is Status.passed, result.message
+    assert result.hybrid_ops == () and result.torch_epilogue == ()
+
+
+def test_the_same_product_over_the_input_itself_is_still_compute():
+    over_input = LAYERNORM.replace("        n = x.shape[-1]\n", "        n = x.shape[-1]\n        x.prod()\n", 1)
+    refused = evaluate(over_input, "layernorm", device="cpu", trials=1, overrides={"M": 2})
+    assert (refused.status, refused.error_class) == (Status.rejected, "TorchCompute")
+    assert "aten.prod" in refused.message
