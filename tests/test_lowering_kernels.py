@@ -197,3 +197,17 @@ def test_the_average_pool_divisor_is_one_factor_per_pooled_dim():
     src = low.render(low.default_config())
     # one clamp each side per pooled dim, in each of the kernel's two passes (single and looped)
     assert src.count("tl.minimum(") == 2 * 3 and src.count("tl.maximum(") == 2 * 3
+
+
+@pytest.mark.parametrize("name", ["cumsum_reverse", "cumsum_exclusive"])
+def test_a_scan_over_an_empty_dim_gives_the_empty_result_the_reference_gives(name):
+    from lowering_cases import module_of
+
+    low = lower_source(CASES[name], f"/tmp/{name}.py")
+    cand = module_of(low.render(low.default_config()), "candidate")
+    ref = module_of(CASES[name], "reference")
+    x = torch.randn(3, 0)  # the scan dim is empty; the rows are not
+    with torch.no_grad():
+        expected = ref.Model().eval()(x) if name == "cumsum_reverse" else torch.cumsum(x, dim=1)
+        out = cand.ModelNew().eval()(x)
+    assert tuple(out.shape) == tuple(expected.shape) == (3, 0)

@@ -142,18 +142,27 @@ def _launch(program: Program, g: Group, kernel: _Kernel, knobs: dict) -> list[st
             xn = ir.prod([s for i, s in enumerate(red.full_shape) if i not in red.reduced])
             rn = ir.prod([red.full_shape[i] for i in red.reduced])
         rows = knobs["rows"]
+        # A scan over an empty dim has an empty output, as the reference does: nothing to launch. A
+        # reduction over one would need its identity (0 for a sum, NaN for a mean, an error for a max).
+        empty = (
+            []
+            if g.kind == "scan"
+            else [
+                "if _rn <= 0 and _xn > 0:",
+                f"    raise ValueError('{g.kind} over an empty dimension (size ' + str(_rn) + ')')",
+            ]
+        )
         lines += [
             f"_xn = {py(xn)}",
             f"_rn = {py(rn)}",
-            "if _rn <= 0 and _xn > 0:",
-            f"    raise ValueError('{g.kind} over an empty dimension (size ' + str(_rn) + ')')",
+            *empty,
             f"_single = _rn <= {knobs['single_max']}",
             f"_RB = _pow2(_rn) if _single else min({knobs['rblock']}, _pow2(_rn))",
             ("_XB = max(1, min(64, 4096 // _RB))" if rows == "auto" else f"_XB = {rows}"),
             "if _single:",
             "    _XB = max(1, min(_XB, 16384 // _RB))",
             "_XB = min(_XB, _pow2(_xn))",
-            "if _xn > 0:",
+            "if _xn > 0 and _rn > 0:",
             f"    {kernel.name}[(triton.cdiv(_xn, _XB),)]({args}, XBLOCK=_XB, RBLOCK=_RB, SINGLE=_single, "
             f"INDEX64=_i64, num_warps={knobs['num_warps']})",
         ]
