@@ -16,9 +16,11 @@ from evaluation.records import Status
 
 FIXTURES = Path(__file__).parent / "eval_fixtures"
 STABLE = (FIXTURES / "ce_mean_epilogue.py").read_text()
-UNSTABLE = STABLE.replace("    m = tl.max(x, axis=0)\n", "    m = 0.0  # no max subtraction: exp(x) overflows past ~88\n")
+UNSTABLE = STABLE.replace(
+    "    m = tl.max(x, axis=0)\n", "    m = 0.0  # no max subtraction: exp(x) overflows past ~88\n"
+)
 
-PROBLEM = '''
+PROBLEM = """
 import torch
 import torch.nn as nn
 
@@ -40,7 +42,7 @@ def get_inputs():
 
 def get_init_inputs():
     return []
-'''
+"""
 
 
 @pytest.fixture(params=["randn", "rand"])
