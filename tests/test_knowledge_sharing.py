@@ -60,7 +60,7 @@ def mi300_bundle(tmp_path, monkeypatch) -> Path:
 
 def test_export_writes_parquet_tables_and_a_manifest_with_hashes(mi300_bundle):
     manifest = json.loads((mi300_bundle / "manifest.json").read_text())
-    assert manifest["format"] == "kernelscout-knowledge-bundle" and manifest["format_version"] == 1
+    assert manifest["format"] == "kernelscout-knowledge-bundle" and manifest["format_version"] == 2
     assert manifest["origin"]["team"] == "mi300-lab" and manifest["origin"]["user_name"]
     assert set(manifest["tables"]) == {"documents", "chunks", "outcomes", "failure_patterns", "embeddings"}
     rows = {name: t["rows"] for name, t in manifest["tables"].items()}
@@ -83,7 +83,7 @@ def test_importing_an_mi300_teams_bundle_answers_from_their_measurements_and_say
     monkeypatch.delenv("KSCOUT_TEAM")
     with _team_store(tmp_path / "home", tmp_path / "docs", H100_NOTES, "h100.md") as ours:
         calls = ours.embedder.texts_encoded
-        first = import_bundle(ours, mi300_bundle)
+        first = import_bundle(ours, mi300_bundle, trust=True)
         assert ours.embedder.texts_encoded == calls  # the bundle carried its vectors
         assert {t: (c.added, c.unchanged, c.conflicts) for t, c in first.tables.items() if t != "embeddings"} == {
             "documents": (1, 0, 0),
@@ -115,7 +115,7 @@ def test_a_conflicting_row_is_kept_beside_ours_never_overwritten(tmp_path, mi300
     mine = outcome("ln-mi300x-fast", "layernorm", "AMD Instinct MI300X", "gfx942", 1.3)  # same id, our number
     with _team_store(tmp_path / "home", tmp_path / "docs", H100_NOTES, "h100.md") as ours:
         ours.add_outcome(mine)
-        report = import_bundle(ours, mi300_bundle)
+        report = import_bundle(ours, mi300_bundle, trust=True)
         assert report.tables["outcomes"].conflicts == 1 and report.tables["outcomes"].added == 1
         assert ours.get_outcome("ln-mi300x-fast") == mine  # ours untouched
         beside = [o for o in ours.outcomes() if o.outcome_id.startswith("ln-mi300x-fast~")]
@@ -130,7 +130,7 @@ def test_a_bundle_reexported_keeps_the_original_origin_and_our_rows_are_not_reim
 ):
     monkeypatch.setenv("KSCOUT_TEAM", "h100-lab")
     with _team_store(tmp_path / "home", tmp_path / "docs", H100_NOTES, "h100.md") as ours:
-        import_bundle(ours, mi300_bundle)
+        import_bundle(ours, mi300_bundle, trust=True)
         export_bundle(ours, tmp_path / "second")
     con = duckdb.connect()
     teams = dict(
@@ -140,7 +140,7 @@ def test_a_bundle_reexported_keeps_the_original_origin_and_our_rows_are_not_reim
     )
     assert teams == {"ln-mi300x-fast": "mi300-lab", "ln-mi300x-bad": "mi300-lab"}
     with Store.open(tmp_path / "mi300-home") as theirs:  # their own rows come back: nothing is added
-        report = import_bundle(theirs, tmp_path / "second")
+        report = import_bundle(theirs, tmp_path / "second", trust=True)
         assert report.tables["outcomes"].added == 0 and report.tables["documents"].added == 1  # our h100 note
 
 
@@ -160,7 +160,7 @@ def test_a_damaged_or_foreign_bundle_is_refused_before_anything_is_imported(tmp_
 def test_export_and_import_commands_print_what_they_did(tmp_path, mi300_bundle, capsys):
     home = tmp_path / "home"
     _team_store(home, tmp_path / "docs", H100_NOTES, "h100.md").close()
-    kscout(["knowledge", "import", str(mi300_bundle), "--store", str(home), "--json"])
+    kscout(["knowledge", "import", str(mi300_bundle), "--trust", "--store", str(home), "--json"])
     obj = json.loads(capsys.readouterr().out)
     assert obj["imports"][0]["tables"]["outcomes"]["added"] == 2
     kscout(["knowledge", "export", str(tmp_path / "out"), "--store", str(home), "--team", "h100-lab", "--json"])
