@@ -1,4 +1,4 @@
-"""`kscout knowledge export OUT`, `import BUNDLE...`, `keys`, `trust KEY`, `untrust KEY_ID` (see knowledge/sharing.py)."""
+"""`kscout knowledge export`, `import`, `keys`, `trust`, `untrust` (see knowledge/sharing.py)."""
 
 from __future__ import annotations
 
