@@ -462,3 +462,18 @@ def test_two_rows_that_disagree_about_one_evaluation_are_both_shown_marked_confl
     assert "what worked (significant speedups only, and the rows that disagree with them)" in out
     assert out.count("CONFLICTING") == 2 and "CONFLICTING with ln-mi300x-fast:" in out
     assert f"CONFLICTING with {beside}:" in out and "2.20x" in out and "0.90x" in out
+
+
+def test_trust_takes_a_bundle_whose_signature_verifies_and_says_when_a_key_is_the_stores_own(
+    tmp_path, mi300_bundle, our_home, capsys
+):
+    key_id = _key_id(mi300_bundle)
+    kscout(["knowledge", "trust", str(mi300_bundle), "--store", str(our_home)])
+    assert capsys.readouterr().out.strip() == f"key {key_id} (mi300-lab) trusted"
+    kscout(["knowledge", "trust", str(mi300_bundle), "--store", str(our_home)])
+    assert capsys.readouterr().out.strip() == f"key {key_id} (mi300-lab) already trusted"
+    kscout(["knowledge", "trust", str(mi300_bundle), "--store", str(tmp_path / "mi300-home")])
+    assert capsys.readouterr().out.strip() == f"key {key_id} is this store's own key, always trusted"
+    with pytest.raises(SystemExit) as exc:
+        kscout(["knowledge", "trust", "ed25519:short", "--store", str(our_home)])
+    assert exc.value.code == 2 and "not valid base64" in capsys.readouterr().err
