@@ -75,7 +75,6 @@ def store_keys(store) -> KeysReport:
     """This store's public key (made now if it has none) and the keys it trusts."""
     keyring = Keyring.of(store)
     own = keyring.own_public()
-    assert own is not None
     return KeysReport(own_key_id=own.key_id, own_public_key=own.text, trusted=tuple(keyring.trusted()))
 
 
@@ -97,7 +96,7 @@ def trust_key(store, key_or_bundle: str, *, label: Optional[str] = None) -> Trus
     """Trust a key for every later import into this store (idempotent)."""
     key, team = _key_of(key_or_bundle)
     keyring = Keyring.of(store)
-    own = keyring.own_public(create=False)
+    own = keyring.own_public_if_made()
     if own is not None and own.text == key.text:
         return TrustResult(key_id=key.key_id, public_key=key.text, status="own key")
     entry, new = keyring.trust(key, label=label or team, how="kscout knowledge trust")

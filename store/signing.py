@@ -154,9 +154,15 @@ class Keyring:
         finally:
             tmp.unlink(missing_ok=True)
 
-    def own_public(self, *, create: bool = True) -> Optional[PublicKey]:
-        """This store's public key (made now if it has none and `create`; else None when it has none)."""
-        private = self._private(create)
+    def own_public(self) -> PublicKey:
+        """This store's public key, made now if it has none."""
+        private = self._private(create=True)
+        assert private is not None
+        return _public_of(private)
+
+    def own_public_if_made(self) -> Optional[PublicKey]:
+        """This store's public key, or None while it has never needed one (nothing is made)."""
+        private = self._private(create=False)
         return _public_of(private) if private is not None else None
 
     def sign(self, payload: bytes) -> tuple[PublicKey, str]:
@@ -180,7 +186,7 @@ class Keyring:
             raise SigningError(f"trusted keys file {self.trusted_path} is malformed: {exc}") from None
 
     def is_trusted(self, key: PublicKey) -> bool:
-        own = self.own_public(create=False)
+        own = self.own_public_if_made()
         if own is not None and own.text == key.text:
             return True
         return any(t.public_key == key.text for t in self.trusted())

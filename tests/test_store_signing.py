@@ -22,7 +22,7 @@ def _keyring(folder) -> Keyring:
 def test_the_signing_key_is_made_on_first_need_readable_by_its_owner_only(tmp_path):
     with Store.open(tmp_path / "home") as store:
         keyring = Keyring.of(store)
-        assert keyring.own_public(create=False) is None and not keyring.key_path.exists()
+        assert keyring.own_public_if_made() is None and not keyring.key_path.exists()
         key = keyring.own_public()
         assert stat.S_IMODE(keyring.key_path.stat().st_mode) == 0o600
         assert stat.S_IMODE(keyring.folder.stat().st_mode) == 0o700
