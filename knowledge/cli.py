@@ -420,4 +420,8 @@ def register(app: typer.Typer) -> None:
     app.command("forget")(forget_cmd)
     from knowledge.sharing_cli import knowledge_app
 
-    app.add_typer(knowledge_app(), name="knowledge", help="Share knowledge between stores: export and import bundles.")
+    app.add_typer(
+        knowledge_app(),
+        name="knowledge",
+        help="Share knowledge between stores: export and import signed bundles, and the keys they trust.",
+    )

@@ -114,6 +114,15 @@ class OutcomeHit(Record):
     # "correct, not timed" | "timed, no interval" | "failed: <status>" (knowledge.retrieve.outcome_verdict)
     verdict: str = ""
     imported_from: Optional[Provenance] = None
+    # Other outcomes in the answer that cite one of this one's evaluation ids with other numbers (status,
+    # speedup, interval or latency): the same measurement told two ways. Both are shown; neither is chosen.
+    conflicts_with: tuple[str, ...] = ()
+
+    @property
+    def measured_here(self) -> bool:
+        """False for another team's row: no evaluation of this store backs it (revalidate re-measures
+        deployed kernels, whose candidates live here; a bundle carries no candidates to re-measure)."""
+        return self.imported_from is None
 
 
 class FailureHit(Record):
@@ -137,11 +146,14 @@ class AskResult(Record):
             "facets": self.facets.model_dump(mode="json"),
             "outcomes": [o.model_dump(mode="json") for o in self.outcomes],
             "outcome_provenance": {
-                h.outcome.outcome_id: h.imported_from.model_dump(mode="json")
+                h.outcome.outcome_id: {**h.imported_from.model_dump(mode="json"), "measured_here": h.measured_here}
                 for h in self.outcome_hits
                 if h.imported_from
             },
             "outcome_verdicts": {h.outcome.outcome_id: h.verdict for h in self.outcome_hits},
+            "outcome_conflicts": {
+                h.outcome.outcome_id: list(h.conflicts_with) for h in self.outcome_hits if h.conflicts_with
+            },
             "failure_patterns": [f.model_dump(mode="json") for f in self.failures],
             "documents": [d.model_dump(mode="json") for d in self.documents],
         }

@@ -1,6 +1,7 @@
 """How `kscout ask` prints an answer: measurements as the intent wants them, then the documents.
 
-Every line says where it comes from. An outcome measured by another team says whose it is; a document
+Every line says where it comes from. An outcome measured by another team says whose it is and that it
+was not re-measured here; two outcomes that tell one measurement two ways are both marked; a document
 hit says its file (with the section's anchor), its vendor and version, and whether it is a vendor's
 document or a note the project (or a team) wrote with its own measurements.
 """
@@ -63,6 +64,9 @@ def render_answer(console, result: AskResult) -> None:
             "worked": "what worked (significant speedups only)",
             "failed": "failures, then significant slowdowns",
         }.get(result.intent, "outcomes")
+        if any(h.conflicts_with for h in result.outcome_hits):  # shown whatever the intent would keep
+            also = "and the rows that disagree with them"
+            title = f"{title[:-1]}, {also})" if title.endswith(")") else f"{title} ({also})"
         table = Table(title=title)
         for col in ("tried", "result", "where", "when, versions", "measured by", "evidence"):
             table.add_column(col, overflow="fold")
@@ -75,10 +79,13 @@ def render_answer(console, result: AskResult) -> None:
             when = f"{o.created_at[:10]}, triton {o.triton_version}, torch {o.torch_version}" + (
                 f", driver {o.driver_version}" if o.driver_version else ""
             )
-            who = f"{h.imported_from.label()} (theirs)" if h.imported_from else "this store"
-            table.add_row(
-                *(esc(x) for x in (o.transformation, result_text, where, when, who, ", ".join(o.evidence_eval_ids)))
-            )
+            who = f"{h.imported_from.label()} (theirs, not re-measured here)" if h.imported_from else "this store"
+            cells = [esc(x) for x in (o.transformation, result_text, where, when, who, ", ".join(o.evidence_eval_ids))]
+            if h.conflicts_with:
+                cells[1] += (
+                    f"\n[bold red]CONFLICTING[/] with {esc(', '.join(h.conflicts_with))}: same evidence, other numbers"
+                )
+            table.add_row(*cells)
         console.print(table)
     elif f.ops:
         console.print(

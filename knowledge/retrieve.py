@@ -23,7 +23,10 @@ not timed", never a failure and never a speedup; significance is read from the s
 only passed outcomes whose interval lies above 1, fastest first; "what failed" gets failure patterns,
 then real failures (correctness, crashes, refusals) and then significant slowdowns; how-to and fact
 questions get outcomes ranked passed-first. Each outcome carries its label (`OutcomeHit.verdict`).
-Rows imported from another team's store say whose they are.
+Rows imported from another team's store say whose they are, and that this store has not measured them.
+Two outcomes that cite the same evaluation with other numbers (one of ours and a team's, or two teams')
+are shown together, each naming the other (`OutcomeHit.conflicts_with`), whatever the intent would
+have kept: an answer never picks one side of a disagreement silently.
 """
 
 from __future__ import annotations
@@ -495,6 +498,40 @@ def search_failures(store, facets: QueryFacets, *, k: int) -> list[FailurePatter
     return sorted(found.values(), key=lambda f: (f.count, f.last_seen), reverse=True)[:k]
 
 
+def _numbers(o: OutcomeRecord) -> tuple:
+    return (o.status, o.speedup, o.speedup_low, o.speedup_high, o.latency_ms_p50)
+
+
+def with_disagreements(store, outcomes: list[OutcomeRecord]) -> tuple[list[OutcomeRecord], dict[str, tuple[str, ...]]]:
+    """The outcomes, each followed by the rows that cite one of its evaluations with other numbers (when
+    not already in the list), and {outcome id: the ids it disagrees with} over that list."""
+    citing = store.outcomes_citing([e for o in outcomes for e in o.evidence_eval_ids])
+    if not citing:
+        return outcomes, {}
+
+    def disagree(a: OutcomeRecord, b: OutcomeRecord) -> bool:
+        return (
+            a.outcome_id != b.outcome_id
+            and bool(set(a.evidence_eval_ids) & set(b.evidence_eval_ids))
+            and _numbers(a) != _numbers(b)
+        )
+
+    shown: list[OutcomeRecord] = []
+    seen = {o.outcome_id for o in outcomes}
+    for o in outcomes:
+        shown.append(o)
+        for other in citing:
+            if other.outcome_id not in seen and disagree(o, other):
+                shown.append(other)
+                seen.add(other.outcome_id)
+    conflicts = {
+        o.outcome_id: tuple(p.outcome_id for p in shown if disagree(o, p))
+        for o in shown
+        if any(disagree(o, p) for p in shown)
+    }
+    return shown, conflicts
+
+
 def _provenance(store, table: str, ids: Sequence[str]) -> dict[str, Provenance]:
     return {row_id: Provenance(**row) for row_id, row in store.origins_of(table, ids).items()}
 
@@ -555,7 +592,7 @@ def ask(store, question: str, *, device: Optional[str] = None, op: Optional[str]
         facets = resolve_facets(question, corpus, device, op)
         intent = classify(question)
         hits = rank_chunks(store, corpus, question, facets, k=k)
-        outcomes = search_outcomes(store, facets, k=k, intent=intent)
+        outcomes, conflicts = with_disagreements(store, search_outcomes(store, facets, k=k, intent=intent))
         failures = search_failures(store, facets, k=k) if intent is Intent.failed else []
         o_prov = _provenance(store, "outcomes", [o.outcome_id for o in outcomes])
         f_prov = _provenance(store, "failure_patterns", [f.signature for f in failures])
@@ -571,6 +608,7 @@ def ask(store, question: str, *, device: Optional[str] = None, op: Optional[str]
                 significant=_measured(o) in (SpeedVerdict.faster, SpeedVerdict.slower),
                 verdict=outcome_verdict(o),
                 imported_from=o_prov.get(o.outcome_id),
+                conflicts_with=conflicts.get(o.outcome_id, ()),
             )
             for o in outcomes
         ),

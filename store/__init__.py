@@ -75,7 +75,9 @@ Additions beyond the contract above (same conventions):
         (a crash between the two); Store.open repairs them, `vector_repair_error` says if it could not
     store.embed_query(text) -> list[float] | None;  store.cached_vectors(shas) -> {sha: float32 array}
     store.origins_of(table, ids) -> {id: origin}   where imported rows came from (store/sharing.py)
-    store.sharing.export_bundle / import_bundle    knowledge bundles (Parquet + manifest with hashes)
+    store.outcomes_citing(eval_ids) -> list[OutcomeRecord]   outcomes whose evidence shares an eval id
+    store.sharing.export_bundle / import_bundle    knowledge bundles (Parquet + a signed manifest with
+        hashes and row counts); store.signing.Keyring.of(store): this store's key and the keys it trusts
 
 Orders: list_runs newest first; outcomes newest first; failure_patterns most frequent first;
 candidates, evaluations, llm_calls, promotion_history oldest first; documents in ingest order.

@@ -18,3 +18,20 @@ class VectorIndexError(StoreError):
 def one_line(text: object) -> str:
     """Messages from DuckDB and Chroma span lines; ours are read on one."""
     return " ".join(str(text).split())
+
+
+class SigningError(StoreError):
+    """A key that cannot be read or used: malformed key text, a signing key file others can read."""
+
+
+class BundleRefused(StoreError):
+    """A knowledge bundle that import will not merge: its signature, hashes or row counts do not hold,
+    or its key is not trusted here. Raised before anything is written to the store."""
+
+
+class UntrustedKey(BundleRefused):
+    """A bundle signed correctly, by a key this store has not trusted."""
+
+    def __init__(self, message: str, key_id: str) -> None:
+        super().__init__(message)
+        self.key_id = key_id

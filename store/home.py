@@ -9,6 +9,7 @@ DB_FILENAME = "kscout.duckdb"
 LOCK_FILENAME = "store.lock"
 CHROMA_DIRNAME = "chroma"
 TOKEN_FILENAME = "vectors.token"  # changes whenever a process writes vectors (see store/vectors.py)
+KEYS_DIRNAME = "keys"  # this store's signing key and the keys it trusts (see store/signing.py)
 
 
 def default_home() -> Path:

@@ -105,6 +105,17 @@ class LearnedMixin(StoreCore):
             raise StoreError(f"unknown outcome {outcome_id!r}")
         return R.outcome_from_row(found[0])
 
+    def outcomes_citing(self, eval_ids: Sequence[str]) -> list[OutcomeRecord]:
+        """Outcomes whose evidence includes any of these evaluation ids, oldest first: rows that speak
+        about the same measurement (one of ours and a team's imported copy, say)."""
+        wanted = sorted(set(eval_ids))
+        if not wanted:
+            return []
+        found = self.db.query(
+            "SELECT * FROM outcomes WHERE list_has_any(evidence_eval_ids, ?::VARCHAR[]) ORDER BY seq", [wanted]
+        )
+        return [R.outcome_from_row(r) for r in found]
+
     # -- failure patterns ----------------------------------------------------------------------------
     def record_failure(
         self, op_family: str, arch: str, stage: str, error_class: str, message: str, candidate_id: str

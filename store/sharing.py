@@ -2,8 +2,14 @@
 
 A bundle is a folder: one Parquet file per table (written by DuckDB's COPY, read back by
 `read_parquet`) and `manifest.json` naming the format version, the exporting store, team, user and
-host, the embedding model, and each file's row count and sha256. Import checks every hash before it
-reads a row, and merges in one DuckDB transaction:
+host, the embedding model, each file's row count and sha256, the exporting store's public key
+(`signed_by`) and an Ed25519 `signature` over all of that (store/signing.py holds the keys).
+
+Import refuses (`BundleRefused`, before anything is written) a bundle whose signature does not verify,
+whose files differ from the signed hashes or hold other row counts than signed (rows are counted as
+read, from private copies of the files, so what is checked is what is merged), or whose key this store
+does not trust (`UntrustedKey`; `trust=True` trusts it for this and later imports). It merges in one
+DuckDB transaction:
 
 - Idempotent: a row already here with the same content adds nothing, so importing twice adds nothing.
 - Never overwritten: a row whose id is taken here by different content is kept beside ours under
@@ -32,12 +38,15 @@ from pydantic import BaseModel, ConfigDict
 from store.db import fetch_dicts
 from store.documents import chunk_embedding_text
 from store.embeddings import text_sha256
-from store.errors import StoreError
+from store.errors import BundleRefused, SigningError, StoreError, UntrustedKey
 from store.failures import embedding_text
 from store.records import utc_now
+from store.signing import Keyring, PublicKey, parse_public_key
 
 FORMAT = "kernelscout-knowledge-bundle"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the manifest is signed; version 1 carried hashes that anyone could rewrite
+# Prefixed to the signed bytes, so a bundle signature can never be taken for a signature of anything else.
+SIGNING_CONTEXT = b"kernelscout knowledge bundle manifest v2\n"
 TABLES = ("documents", "chunks", "outcomes", "failure_patterns", "embeddings")
 # Keys of the rows that carry provenance; chunks follow their document, embeddings are content-addressed.
 _KEYS = {"documents": "document_id", "outcomes": "outcome_id", "failure_patterns": "signature"}
@@ -78,6 +87,8 @@ class BundleManifest(_Record):
     origin: BundleOrigin
     embedding_model: str
     tables: dict[str, BundleTable]
+    signed_by: str  # the exporting store's public key, "ed25519:<base64>" (store/signing.py)
+    signature: str  # base64 Ed25519 over `signed_payload` of every other field of the manifest
 
 
 class TableCounts(_Record):
@@ -90,6 +101,8 @@ class ImportReport(_Record):
     bundle: str
     bundle_id: str
     source_label: str
+    key_id: str  # the key that signed the bundle
+    trusted_now: bool = False  # the import trusted that key (`trust=True`, a key not trusted before)
     tables: dict[str, TableCounts]
     added_documents: tuple[str, ...] = ()
     added_outcomes: tuple[str, ...] = ()
@@ -150,14 +163,20 @@ def export_bundle(store, out: Path, origin: BundleOrigin) -> BundleManifest:
                 rows = con.execute(f"SELECT count(*) FROM read_parquet({_literal(path)})").fetchone()[0]
                 tables[table] = BundleTable(file=path.name, rows=rows, sha256=_sha256_file(path))
             con.execute("DROP TABLE _bundle_shas")
-        manifest = BundleManifest(
-            bundle_id=bundle_id,
-            created_at=created,
-            kernelscout_version=_kernelscout_version(),
-            origin=origin,
-            embedding_model=store.embedder.model_name,
-            tables=tables,
-        )
+        keyring = Keyring.of(store)
+        unsigned = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "bundle_id": bundle_id,
+            "created_at": created,
+            "kernelscout_version": _kernelscout_version(),
+            "origin": origin.model_dump(mode="json"),
+            "embedding_model": store.embedder.model_name,
+            "tables": {name: t.model_dump(mode="json") for name, t in tables.items()},
+            "signed_by": keyring.own_public().text,
+        }
+        key, signature = keyring.sign(signed_payload(unsigned))
+        manifest = BundleManifest.model_validate({**unsigned, "signed_by": key.text, "signature": signature})
         (staging / "manifest.json").write_text(json.dumps(manifest.model_dump(mode="json"), indent=2) + "\n")
         if out.exists():
             out.rmdir()
@@ -207,77 +226,149 @@ def _export_query(con, table: str, origin: BundleOrigin, bundle_id: str, created
     )
 
 
-def read_manifest(bundle: Path) -> BundleManifest:
+def signed_payload(manifest: dict) -> bytes:
+    """The bytes a bundle signature covers: every manifest field but the signature itself (format and
+    version, bundle id, origin, signing key, and each table's file, row count and sha256), as JSON with
+    sorted keys and no spaces, after SIGNING_CONTEXT."""
+    body = {k: v for k, v in manifest.items() if k != "signature"}
+    return SIGNING_CONTEXT + json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+
+
+def read_manifest(bundle: Path) -> tuple[BundleManifest, PublicKey]:
+    """The manifest and the key that signed it, once its signature verifies (its files are not read)."""
     bundle = Path(bundle)
     path = bundle / "manifest.json"
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
-        raise StoreError(f"{bundle} is not a knowledge bundle (no manifest.json)") from None
+        raise BundleRefused(f"{bundle} is not a knowledge bundle (no manifest.json)") from None
     except (OSError, ValueError) as exc:
-        raise StoreError(f"bundle manifest {path} is unreadable: {exc}") from None
-    if data.get("format") != FORMAT:
-        raise StoreError(f"{bundle} is not a {FORMAT} (format {data.get('format')!r})")
+        raise BundleRefused(f"bundle manifest {path} is unreadable: {exc}") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        got = data.get("format") if isinstance(data, dict) else None
+        raise BundleRefused(f"{bundle} is not a {FORMAT} (format {got!r})")
+    if data.get("format_version") == 1:
+        raise BundleRefused(
+            f"bundle {bundle} is unsigned (format version 1, from a kernelscout before bundles were signed); "
+            "ask for it to be exported again"
+        )
     if data.get("format_version") != FORMAT_VERSION:
-        raise StoreError(
+        raise BundleRefused(
             f"bundle {bundle} has format version {data.get('format_version')}; this kernelscout reads "
             f"version {FORMAT_VERSION}"
         )
     try:
         manifest = BundleManifest.model_validate(data)
     except ValueError as exc:
-        raise StoreError(f"bundle manifest {path} is malformed: {str(exc).splitlines()[0]}") from None
+        raise BundleRefused(f"bundle manifest {path} is malformed: {str(exc).splitlines()[0]}") from None
+    try:
+        key = parse_public_key(manifest.signed_by)
+    except SigningError as exc:
+        raise BundleRefused(
+            f"bundle {bundle} refused: its signing key is unusable ({exc}); nothing was imported"
+        ) from None
+    if not key.verify(signed_payload(data), manifest.signature):
+        raise BundleRefused(
+            f"bundle {bundle} refused: its manifest's signature does not verify (the manifest was edited "
+            f"after key {key.key_id} signed it); nothing was imported"
+        )
     missing = [t for t in TABLES if t not in manifest.tables]
     if missing:
-        raise StoreError(f"bundle {bundle} lacks tables: {', '.join(missing)}")
-    for name, table in manifest.tables.items():
+        raise BundleRefused(f"bundle {bundle} lacks tables: {', '.join(missing)}")
+    return manifest, key
+
+
+def _read_verified(bundle: Path, manifest: BundleManifest, private: Path) -> dict[str, list[dict]]:
+    """Every table's rows, read from private copies of the files once each copy matches its signed
+    sha256 and row count (a file changed under us after the check cannot reach the merge)."""
+    import duckdb
+
+    copies: dict[str, Path] = {}
+    for name in TABLES:
+        table = manifest.tables[name]
         file = bundle / table.file
         if Path(table.file).name != table.file or not file.is_file():
-            raise StoreError(f"bundle {bundle}: table file {table.file!r} is missing")
-        if _sha256_file(file) != table.sha256:
-            raise StoreError(
-                f"bundle {bundle}: {table.file} does not match its sha256 in the manifest "
+            raise BundleRefused(f"bundle {bundle}: table file {table.file!r} is missing; nothing was imported")
+        copies[name] = private / f"{name}.parquet"
+        shutil.copyfile(file, copies[name])
+        if _sha256_file(copies[name]) != table.sha256:
+            raise BundleRefused(
+                f"bundle {bundle} refused: {table.file} does not match its sha256 in the signed manifest "
                 "(damaged or edited); nothing was imported"
             )
-    return manifest
+    con = duckdb.connect()
+    try:
+        rows = {name: fetch_dicts(con, f"SELECT * FROM read_parquet({_literal(copies[name])})") for name in TABLES}
+    except duckdb.Error as exc:
+        raise BundleRefused(f"bundle {bundle} refused: a table file is unreadable: {exc}") from None
+    finally:
+        con.close()
+    for name in TABLES:
+        signed = manifest.tables[name].rows
+        if len(rows[name]) != signed:
+            raise BundleRefused(
+                f"bundle {bundle} refused: {manifest.tables[name].file} holds {len(rows[name])} rows, its signed "
+                f"manifest says {signed}; nothing was imported"
+            )
+    return rows
 
 
-def import_bundle(store, bundle: Path) -> ImportReport:
-    """Merge a bundle (see the module doc). Vectors for the new rows are written by the caller."""
+def _untrusted(bundle: Path, manifest: BundleManifest, key: PublicKey) -> UntrustedKey:
+    who = manifest.origin.team or f"store {manifest.origin.store[:8]}"
+    return UntrustedKey(
+        f"bundle {bundle} refused: it is signed by key {key.key_id} ({who}), which this store does not trust. "
+        f"If {who}'s `kscout knowledge keys` shows that id, trust it with `kscout knowledge trust {bundle}` "
+        "or import with --trust; nothing was imported",
+        key.key_id,
+    )
+
+
+def import_bundle(store, bundle: Path, *, trust: bool = False) -> ImportReport:
+    """Merge a bundle (see the module doc); `trust` trusts its key for this and later imports.
+    Vectors for the new rows are written by the caller."""
     bundle = Path(bundle)
-    manifest = read_manifest(bundle)
+    manifest, key = read_manifest(bundle)
+    with tempfile.TemporaryDirectory(prefix="kscout-import-") as private:
+        incoming = _read_verified(bundle, manifest, Path(private))
+    keyring = Keyring.of(store)
+    trusted_before = keyring.is_trusted(key)
+    if not trust and not trusted_before:
+        raise _untrusted(bundle, manifest, key)
     now = utc_now()
     counts: dict[str, dict[str, int]] = {t: {"added": 0, "unchanged": 0, "conflicts": 0} for t in TABLES}
     added: dict[str, list[str]] = {t: [] for t in _KEYS}
+    chunks_of: dict[str, int] = {}
+    for chunk in incoming["chunks"]:
+        chunks_of[chunk["document_id"]] = chunks_of.get(chunk["document_id"], 0) + 1
     with store.db.locked() as con, store.db.transaction():
-        incoming = {
-            t: fetch_dicts(con, f"SELECT * FROM read_parquet({_literal(bundle / manifest.tables[t].file)})")
-            for t in TABLES
-        }
         for table in ("documents", "outcomes", "failure_patterns"):
             columns = [c for c in _columns(con, table) if c != "seq"]
-            key = _KEYS[table]
+            key_column = _KEYS[table]
             for row in incoming[table]:
                 origin = {c: row.pop(c, None) for c in _ORIGIN_COLUMNS}
                 body = {c: row.get(c) for c in columns}
+                # A document's chunks travel with it and are counted as it is.
+                n_chunks = chunks_of.get(row[key_column], 0) if table == "documents" else 0
                 if origin["origin_store"] == store.store_uid:
                     counts[table]["unchanged"] += 1  # ours, coming back: this store is its source
+                    counts["chunks"]["unchanged"] += n_chunks
                     continue
-                target, conflict = _place(con, table, key, body, origin["origin_store"])
+                target, conflict = _place(con, table, key_column, body, origin["origin_store"])
                 if target is None:
                     counts[table]["unchanged"] += 1
+                    counts["chunks"]["unchanged"] += n_chunks
                     continue
                 if table == "documents":
                     _insert_document(con, body, target, incoming["chunks"])
                 else:
-                    body[key] = target
+                    body[key_column] = target
                     _insert(con, table, body)
                 con.execute(
                     "INSERT OR REPLACE INTO origins VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     [
                         table,
                         target,
-                        origin["original_id"] or row[key],
+                        origin["original_id"] or row[key_column],
                         origin["origin_store"],
                         origin["origin_team"],
                         origin["origin_user"],
@@ -290,6 +381,7 @@ def import_bundle(store, bundle: Path) -> ImportReport:
                     ],
                 )
                 counts[table]["conflicts" if conflict else "added"] += 1
+                counts["chunks"]["conflicts" if conflict else "added"] += n_chunks
                 added[table].append(target)
         if manifest.embedding_model == store.embedder.model_name:
             for row in incoming["embeddings"]:
@@ -300,13 +392,19 @@ def import_bundle(store, bundle: Path) -> ImportReport:
                 counts["embeddings"]["added" if done and done[0] else "unchanged"] += 1
         for doc_id in added["documents"]:
             con.execute("INSERT OR REPLACE INTO vector_pending VALUES ('chunks', ?, ?)", [doc_id, now])
-    counts["chunks"]["added"] = sum(1 for _ in added["documents"])  # documents' chunks travel with them
+    trusted_now = False
+    if trust and not trusted_before:  # only once the merge is committed: a refused import trusts nothing
+        _, trusted_now = keyring.trust(
+            key, label=manifest.origin.team, how=f"import --trust of bundle {manifest.bundle_id}"
+        )
     label = manifest.origin.team or f"store {manifest.origin.store[:8]}"
     who = "@".join(x for x in (manifest.origin.user_name, manifest.origin.host) if x)
     return ImportReport(
         bundle=str(bundle),
         bundle_id=manifest.bundle_id,
         source_label=f"{label} ({who})" if who else label,
+        key_id=key.key_id,
+        trusted_now=trusted_now,
         tables={t: TableCounts(**c) for t, c in counts.items()},
         added_documents=tuple(added["documents"]),
         added_outcomes=tuple(added["outcomes"]),

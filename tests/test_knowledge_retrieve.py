@@ -178,10 +178,12 @@ def test_ask_json_prints_one_object_with_intent_outcomes_and_documents(home, cap
         "outcomes",
         "outcome_provenance",
         "outcome_verdicts",
+        "outcome_conflicts",
         "failure_patterns",
         "documents",
     }
     assert obj["intent"] == "worked" and obj["failure_patterns"] == [] and obj["outcome_provenance"] == {}
+    assert obj["outcome_conflicts"] == {}
     assert [o["outcome_id"] for o in obj["outcomes"]] == ["ln-mi300x-b", "ln-mi300x-old", "ln-mi300x-a"]
     assert obj["outcome_verdicts"] == {
         i: "significant speedup" for i in ("ln-mi300x-b", "ln-mi300x-old", "ln-mi300x-a")

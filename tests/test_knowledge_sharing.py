@@ -3,7 +3,10 @@ overwrite, provenance that says whose a measurement is, and several stores on on
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
+import stat
 from pathlib import Path
 
 import duckdb
@@ -16,6 +19,9 @@ from knowledge.ingest import IngestOptions, ingest_paths
 from knowledge.retrieve import ask
 from knowledge.sharing import export_bundle, import_bundle
 from store import Store, StoreError
+from store.errors import BundleRefused
+from store.sharing import signed_payload
+from store.signing import Keyring, parse_public_key
 
 LN_NOTES = """---
 title: MI300X layer norm notes
@@ -60,7 +66,7 @@ def mi300_bundle(tmp_path, monkeypatch) -> Path:
 
 def test_export_writes_parquet_tables_and_a_manifest_with_hashes(mi300_bundle):
     manifest = json.loads((mi300_bundle / "manifest.json").read_text())
-    assert manifest["format"] == "kernelscout-knowledge-bundle" and manifest["format_version"] == 1
+    assert manifest["format"] == "kernelscout-knowledge-bundle" and manifest["format_version"] == 2
     assert manifest["origin"]["team"] == "mi300-lab" and manifest["origin"]["user_name"]
     assert set(manifest["tables"]) == {"documents", "chunks", "outcomes", "failure_patterns", "embeddings"}
     rows = {name: t["rows"] for name, t in manifest["tables"].items()}
@@ -83,7 +89,7 @@ def test_importing_an_mi300_teams_bundle_answers_from_their_measurements_and_say
     monkeypatch.delenv("KSCOUT_TEAM")
     with _team_store(tmp_path / "home", tmp_path / "docs", H100_NOTES, "h100.md") as ours:
         calls = ours.embedder.texts_encoded
-        first = import_bundle(ours, mi300_bundle)
+        first = import_bundle(ours, mi300_bundle, trust=True)
         assert ours.embedder.texts_encoded == calls  # the bundle carried its vectors
         assert {t: (c.added, c.unchanged, c.conflicts) for t, c in first.tables.items() if t != "embeddings"} == {
             "documents": (1, 0, 0),
@@ -108,14 +114,14 @@ def test_importing_an_mi300_teams_bundle_answers_from_their_measurements_and_say
     monkeypatch.setenv("COLUMNS", "250")
     kscout(["ask", "what worked on MI300 for layernorm", "--store", str(tmp_path / "home")])
     out = capsys.readouterr().out
-    assert "mi300-lab" in out and "(theirs)" in out
+    assert "mi300-lab" in out and "(theirs, not re-measured here)" in out
 
 
 def test_a_conflicting_row_is_kept_beside_ours_never_overwritten(tmp_path, mi300_bundle):
     mine = outcome("ln-mi300x-fast", "layernorm", "AMD Instinct MI300X", "gfx942", 1.3)  # same id, our number
     with _team_store(tmp_path / "home", tmp_path / "docs", H100_NOTES, "h100.md") as ours:
         ours.add_outcome(mine)
-        report = import_bundle(ours, mi300_bundle)
+        report = import_bundle(ours, mi300_bundle, trust=True)
         assert report.tables["outcomes"].conflicts == 1 and report.tables["outcomes"].added == 1
         assert ours.get_outcome("ln-mi300x-fast") == mine  # ours untouched
         beside = [o for o in ours.outcomes() if o.outcome_id.startswith("ln-mi300x-fast~")]
@@ -130,7 +136,7 @@ def test_a_bundle_reexported_keeps_the_original_origin_and_our_rows_are_not_reim
 ):
     monkeypatch.setenv("KSCOUT_TEAM", "h100-lab")
     with _team_store(tmp_path / "home", tmp_path / "docs", H100_NOTES, "h100.md") as ours:
-        import_bundle(ours, mi300_bundle)
+        import_bundle(ours, mi300_bundle, trust=True)
         export_bundle(ours, tmp_path / "second")
     con = duckdb.connect()
     teams = dict(
@@ -140,7 +146,7 @@ def test_a_bundle_reexported_keeps_the_original_origin_and_our_rows_are_not_reim
     )
     assert teams == {"ln-mi300x-fast": "mi300-lab", "ln-mi300x-bad": "mi300-lab"}
     with Store.open(tmp_path / "mi300-home") as theirs:  # their own rows come back: nothing is added
-        report = import_bundle(theirs, tmp_path / "second")
+        report = import_bundle(theirs, tmp_path / "second", trust=True)
         assert report.tables["outcomes"].added == 0 and report.tables["documents"].added == 1  # our h100 note
 
 
@@ -160,7 +166,7 @@ def test_a_damaged_or_foreign_bundle_is_refused_before_anything_is_imported(tmp_
 def test_export_and_import_commands_print_what_they_did(tmp_path, mi300_bundle, capsys):
     home = tmp_path / "home"
     _team_store(home, tmp_path / "docs", H100_NOTES, "h100.md").close()
-    kscout(["knowledge", "import", str(mi300_bundle), "--store", str(home), "--json"])
+    kscout(["knowledge", "import", str(mi300_bundle), "--trust", "--store", str(home), "--json"])
     obj = json.loads(capsys.readouterr().out)
     assert obj["imports"][0]["tables"]["outcomes"]["added"] == 2
     kscout(["knowledge", "export", str(tmp_path / "out"), "--store", str(home), "--team", "h100-lab", "--json"])
@@ -194,3 +200,280 @@ def test_two_stores_on_one_chroma_server_never_mix_up_ids(tmp_path, chroma_serve
         assert one.vector_count("chunks") == 0 and two.vector_count("chunks") == 1
         assert two.reindex() == {"chunks": 1, "outcomes": 1, "failures": 0}
         assert one.vector_count("outcomes") == 1
+
+
+# -- signed bundles: what import refuses, and trust ---------------------------------------------------
+
+
+def _manifest(bundle: Path) -> dict:
+    return json.loads((bundle / "manifest.json").read_text())
+
+
+def _write_manifest(bundle: Path, manifest: dict) -> None:
+    (bundle / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+
+
+def _key_id(bundle: Path) -> str:
+    return parse_public_key(_manifest(bundle)["signed_by"]).key_id
+
+
+def _forge_speedup(bundle: Path, speedup: float = 3.0) -> None:
+    """What a forger does: edit the outcome's numbers in the Parquet file, rewrite its sha256."""
+    path = bundle / "outcomes.parquet"
+    con = duckdb.connect()
+    con.execute(f"CREATE TABLE t AS SELECT * FROM read_parquet('{path}')")
+    con.execute(
+        "UPDATE t SET speedup = ?, speedup_low = ?, speedup_high = ? WHERE outcome_id = 'ln-mi300x-fast'",
+        [speedup, speedup - 0.1, speedup + 0.1],
+    )
+    con.execute(f"COPY t TO '{path}' (FORMAT parquet)")
+    con.close()
+    manifest = _manifest(bundle)
+    manifest["tables"]["outcomes"]["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+    _write_manifest(bundle, manifest)
+
+
+def _resign(bundle: Path, keyring: Keyring, **edits) -> None:
+    """A manifest edited and signed again by `keyring`'s key (a forger's own key, or a lying signer)."""
+    manifest = _manifest(bundle)
+    manifest.update(edits)
+    key, manifest["signature"] = keyring.sign(signed_payload({**manifest, "signed_by": keyring.own_public().text}))
+    manifest["signed_by"] = key.text
+    _write_manifest(bundle, manifest)
+
+
+def _snapshot(home: Path) -> dict:
+    """Every table's rows, the trusted keys and the vector counts: what a refused import must not change."""
+    with Store.open(home) as store, store.db.locked() as con:
+        tables = [r[0] for r in con.execute("SELECT table_name FROM information_schema.tables ORDER BY 1").fetchall()]
+        rows = {t: sorted(map(repr, con.execute(f"SELECT * FROM {t}").fetchall())) for t in tables}
+        vectors = {c: store.vector_count(c) for c in ("chunks", "outcomes", "failures")}
+        return {"rows": rows, "trusted": Keyring.of(store).trusted(), "vectors": vectors}
+
+
+@pytest.fixture
+def our_home(tmp_path) -> Path:
+    home = tmp_path / "home"
+    _team_store(home, tmp_path / "docs", H100_NOTES, "h100.md").close()
+    return home
+
+
+def _import_cli(capsys, *args) -> tuple[int, str, str]:
+    try:
+        kscout(["knowledge", "import", *map(str, args)])
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_export_signs_the_manifest_with_the_stores_own_key_which_stays_in_the_store(tmp_path, mi300_bundle):
+    manifest = _manifest(mi300_bundle)
+    with Store.open(tmp_path / "mi300-home") as theirs:
+        own = Keyring.of(theirs).own_public()
+        key_file = Keyring.of(theirs).key_path
+    assert manifest["signed_by"] == own.text
+    assert own.verify(signed_payload(manifest), manifest["signature"])
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    assert sorted(p.name for p in mi300_bundle.iterdir()) == [
+        "chunks.parquet",
+        "documents.parquet",
+        "embeddings.parquet",
+        "failure_patterns.parquet",
+        "manifest.json",
+        "outcomes.parquet",
+    ]
+    assert key_file.read_bytes() not in b"".join(p.read_bytes() for p in mi300_bundle.iterdir())
+
+
+def test_a_bundle_from_a_key_this_store_does_not_trust_is_refused_with_exit_2_naming_the_key(
+    mi300_bundle, our_home, capsys
+):
+    before = _snapshot(our_home)
+    code, out, err = _import_cli(capsys, mi300_bundle, "--store", our_home)
+    key_id = _key_id(mi300_bundle)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and f"signed by key {key_id} (mi300-lab)" in err
+    assert "does not trust" in err and f"kscout knowledge trust {mi300_bundle}" in err and "--trust" in err
+    assert _snapshot(our_home) == before
+
+
+def test_import_with_trust_merges_and_trusts_the_key_for_later_imports(mi300_bundle, our_home, capsys):
+    code, out, _ = _import_cli(capsys, mi300_bundle, "--trust", "--store", our_home)
+    key_id = _key_id(mi300_bundle)
+    assert code == 0 and f"signed by key {key_id}, trusted now" in out and "outcomes: 2 added" in out
+    kscout(["knowledge", "keys", "--store", str(our_home), "--json"])
+    keys = json.loads(capsys.readouterr().out)
+    assert [(t["key_id"], t["label"]) for t in keys["trusted"]] == [(key_id, "mi300-lab")]
+    assert keys["trusted"][0]["how"].startswith("import --trust of bundle ")
+    code, out, _ = _import_cli(capsys, mi300_bundle, "--store", our_home)  # trusted now: no --trust needed
+    assert code == 0 and "trusted now" not in out and "outcomes: 0 added, 2 already here" in out
+
+
+def test_trusting_the_public_key_another_store_prints_lets_its_bundles_in(tmp_path, mi300_bundle, our_home, capsys):
+    kscout(["knowledge", "keys", "--store", str(tmp_path / "mi300-home"), "--json"])
+    theirs = json.loads(capsys.readouterr().out)
+    assert theirs["own_key_id"] == _key_id(mi300_bundle) and theirs["trusted"] == []
+    kscout(["knowledge", "trust", theirs["own_public_key"], "--label", "mi300-lab", "--store", str(our_home)])
+    assert capsys.readouterr().out.strip() == f"key {theirs['own_key_id']} (mi300-lab) trusted"
+    code, out, _ = _import_cli(capsys, mi300_bundle, "--store", our_home)
+    assert code == 0 and "outcomes: 2 added" in out
+    kscout(["knowledge", "keys", "--store", str(our_home)])
+    listed = capsys.readouterr().out
+    assert f"trusted {theirs['own_key_id']} (mi300-lab)" in listed and "this store's key " in listed
+    kscout(["knowledge", "untrust", theirs["own_key_id"], "--store", str(our_home)])
+    assert capsys.readouterr().out.strip() == f"key {theirs['own_key_id']} no longer trusted"
+    code, _, err = _import_cli(capsys, mi300_bundle, "--store", our_home)
+    assert code == 2 and "does not trust" in err
+
+
+def test_a_store_imports_its_own_bundle_without_being_told_to_trust_it(tmp_path, mi300_bundle):
+    with Store.open(tmp_path / "mi300-home") as theirs:
+        report = import_bundle(theirs, mi300_bundle)
+        assert report.tables["outcomes"].unchanged == 2 and not report.trusted_now
+        assert Keyring.of(theirs).trusted() == []  # its own key is never listed
+
+
+def test_an_edited_parquet_with_its_sha256_rewritten_is_refused_and_its_number_never_served(
+    mi300_bundle, our_home, capsys
+):
+    _forge_speedup(mi300_bundle, 3.0)
+    before = _snapshot(our_home)
+    code, _, err = _import_cli(capsys, mi300_bundle, "--trust", "--store", our_home)
+    assert code == 2 and err.count("\n") == 1
+    assert "signature does not verify" in err and "nothing was imported" in err
+    assert _snapshot(our_home) == before  # not even the key was trusted
+    with Store.open(our_home) as ours:
+        assert ours.outcomes() == [] and ask(ours, "what worked on MI300 for layernorm").outcome_hits == ()
+
+
+def test_a_forgery_signed_again_by_the_forgers_own_key_is_refused_as_untrusted(
+    tmp_path, mi300_bundle, our_home, capsys
+):
+    forger = Keyring(tmp_path / "forger" / "keys", contextlib.nullcontext)
+    _forge_speedup(mi300_bundle, 3.0)
+    _resign(mi300_bundle, forger)
+    with Store.open(tmp_path / "mi300-home") as theirs:  # the real team's key is trusted here
+        kscout(["knowledge", "trust", Keyring.of(theirs).own_public().text, "--store", str(our_home)])
+    capsys.readouterr()
+    before = _snapshot(our_home)
+    code, _, err = _import_cli(capsys, mi300_bundle, "--store", our_home)
+    assert code == 2 and f"signed by key {forger.own_public().key_id} (mi300-lab)" in err
+    assert "does not trust" in err and _snapshot(our_home) == before
+
+
+def test_a_manifest_whose_origin_team_was_edited_is_refused(mi300_bundle, our_home, capsys):
+    manifest = _manifest(mi300_bundle)
+    manifest["origin"]["team"] = "h100-lab"
+    _write_manifest(mi300_bundle, manifest)
+    before = _snapshot(our_home)
+    code, _, err = _import_cli(capsys, mi300_bundle, "--trust", "--store", our_home)
+    assert code == 2 and "signature does not verify" in err and _key_id(mi300_bundle) in err
+    assert _snapshot(our_home) == before
+
+
+@pytest.mark.parametrize("field", ["bundle_id", "format_version"])
+def test_a_manifest_whose_bundle_id_or_version_was_edited_is_refused(mi300_bundle, our_home, field):
+    manifest = _manifest(mi300_bundle)
+    manifest[field] = "0" * 32 if field == "bundle_id" else 1
+    _write_manifest(mi300_bundle, manifest)
+    with Store.open(our_home) as ours:
+        want = "signature does not verify" if field == "bundle_id" else "unsigned .*format version 1"
+        with pytest.raises(BundleRefused, match=want):
+            import_bundle(ours, mi300_bundle, trust=True)
+
+
+def test_row_counts_are_signed_and_checked_against_the_rows_actually_read(tmp_path, mi300_bundle, our_home):
+    original = _manifest(mi300_bundle)
+    lying = json.loads(json.dumps(original))
+    lying["tables"]["outcomes"]["rows"] = 3
+    _write_manifest(mi300_bundle, lying)  # the count edited, not signed again
+    with Store.open(our_home) as ours:
+        with pytest.raises(BundleRefused, match="signature does not verify"):
+            import_bundle(ours, mi300_bundle, trust=True)
+    # Signed with the wrong count by the exporting store's own key: the rows read decide.
+    _write_manifest(mi300_bundle, original)
+    tables = json.loads(json.dumps(original["tables"]))
+    tables["outcomes"]["rows"] = 3
+    _resign(mi300_bundle, Keyring(tmp_path / "mi300-home" / "keys", contextlib.nullcontext), tables=tables)
+    before = _snapshot(our_home)
+    with Store.open(our_home) as ours:
+        with pytest.raises(BundleRefused, match="outcomes.parquet holds 2 rows, its signed manifest says 3"):
+            import_bundle(ours, mi300_bundle, trust=True)
+    assert _snapshot(our_home) == before
+
+
+def test_the_import_summary_counts_chunks_not_documents(tmp_path, monkeypatch, our_home):
+    sections = "".join(f"## Section {i}\n" + f"Paragraph {i} about tiles and warps. " * 40 + "\n" for i in range(6))
+    with _team_store(tmp_path / "t-home", tmp_path / "t-docs", "# Big notes\n" + sections, "big.md") as theirs:
+        chunks = len(theirs.chunks())
+        export_bundle(theirs, tmp_path / "big")
+    assert chunks >= 3
+    with Store.open(our_home) as ours:
+        report = import_bundle(ours, tmp_path / "big", trust=True)
+        assert (report.tables["documents"].added, report.tables["chunks"].added) == (1, chunks)
+        again = import_bundle(ours, tmp_path / "big")
+        assert (again.tables["documents"].unchanged, again.tables["chunks"].unchanged) == (1, chunks)
+
+
+# -- what `ask` serves from imported rows ---------------------------------------------------------------
+
+
+def test_an_imported_outcome_is_served_as_theirs_not_re_measured_here(tmp_path, mi300_bundle, capsys, monkeypatch):
+    with _team_store(tmp_path / "home", tmp_path / "docs", H100_NOTES, "h100.md") as ours:
+        ours.add_outcome(outcome("ln-mi300x-ours", "layernorm", "AMD Instinct MI300X", "gfx942", 1.5))
+        import_bundle(ours, mi300_bundle, trust=True)
+        answer = ask(ours, "what worked on MI300 for layernorm", k=5)
+        assert {h.outcome.outcome_id: h.measured_here for h in answer.outcome_hits} == {
+            "ln-mi300x-fast": False,
+            "ln-mi300x-ours": True,
+        }
+        provenance = answer.to_json_obj()["outcome_provenance"]
+        assert list(provenance) == ["ln-mi300x-fast"] and provenance["ln-mi300x-fast"]["measured_here"] is False
+    monkeypatch.setenv("COLUMNS", "250")
+    kscout(["ask", "what worked on MI300 for layernorm", "--store", str(tmp_path / "home")])
+    lines = capsys.readouterr().out.splitlines()
+    theirs = next(line for line in lines if "2.20x" in line)
+    mine = next(line for line in lines if "1.50x" in line)
+    assert "mi300-lab" in theirs and "(theirs, not re-measured here)" in theirs
+    assert "this store" in mine and "theirs" not in mine
+
+
+def test_two_rows_that_disagree_about_one_evaluation_are_both_shown_marked_conflicting(
+    tmp_path, mi300_bundle, capsys, monkeypatch
+):
+    # Our row measured 0.90x (a slowdown) under the evaluation their bundle's row cites as 2.20x.
+    mine = outcome("ln-mi300x-fast", "layernorm", "AMD Instinct MI300X", "gfx942", 0.9)
+    with _team_store(tmp_path / "home", tmp_path / "docs", H100_NOTES, "h100.md") as ours:
+        ours.add_outcome(mine)
+        import_bundle(ours, mi300_bundle, trust=True)
+        beside = next(o.outcome_id for o in ours.outcomes() if o.outcome_id.startswith("ln-mi300x-fast~"))
+        answer = ask(ours, "what worked on MI300 for layernorm", k=5)
+        shown = {h.outcome.outcome_id: (h.outcome.speedup, h.conflicts_with) for h in answer.outcome_hits}
+        # "what worked" keeps only speedups; the slowdown that disagrees is shown beside it anyway.
+        assert shown == {beside: (2.2, ("ln-mi300x-fast",)), "ln-mi300x-fast": (0.9, (beside,))}
+        assert answer.to_json_obj()["outcome_conflicts"] == {beside: ["ln-mi300x-fast"], "ln-mi300x-fast": [beside]}
+        agreeing = ask(ours, "what failed for layernorm on MI300X", k=5)
+        assert [h.conflicts_with for h in agreeing.outcome_hits if h.outcome.outcome_id == "ln-mi300x-bad"] == [()]
+    monkeypatch.setenv("COLUMNS", "250")
+    kscout(["ask", "what worked on MI300 for layernorm", "--store", str(tmp_path / "home")])
+    out = capsys.readouterr().out
+    assert "what worked (significant speedups only, and the rows that disagree with them)" in out
+    assert out.count("CONFLICTING") == 2 and "CONFLICTING with ln-mi300x-fast:" in out
+    assert f"CONFLICTING with {beside}:" in out and "2.20x" in out and "0.90x" in out
+
+
+def test_trust_takes_a_bundle_whose_signature_verifies_and_says_when_a_key_is_the_stores_own(
+    tmp_path, mi300_bundle, our_home, capsys
+):
+    key_id = _key_id(mi300_bundle)
+    kscout(["knowledge", "trust", str(mi300_bundle), "--store", str(our_home)])
+    assert capsys.readouterr().out.strip() == f"key {key_id} (mi300-lab) trusted"
+    kscout(["knowledge", "trust", str(mi300_bundle), "--store", str(our_home)])
+    assert capsys.readouterr().out.strip() == f"key {key_id} (mi300-lab) already trusted"
+    kscout(["knowledge", "trust", str(mi300_bundle), "--store", str(tmp_path / "mi300-home")])
+    assert capsys.readouterr().out.strip() == f"key {key_id} is this store's own key, always trusted"
+    with pytest.raises(SystemExit) as exc:
+        kscout(["knowledge", "trust", "ed25519:short", "--store", str(our_home)])
+    assert exc.value.code == 2 and "not valid base64" in capsys.readouterr().err
