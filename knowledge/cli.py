@@ -168,7 +168,17 @@ def ingest_cmd(
     source_url: Annotated[
         Optional[str],
         typer.Option(
-            "--source-url", help="The file's URL, or the URL a folder is published at (each file gets its own)."
+            "--source-url",
+            help="The file's URL, or the URL a folder is published at (each file gets its own: a GitHub "
+            ".../blob/REF/... base keeps the file's extension, any other base gets .html for .md/.rst/.txt).",
+        ),
+    ] = None,
+    url_template: Annotated[
+        Optional[str],
+        typer.Option(
+            "--url-template",
+            help="Each file's URL from a template: {path} is its path inside the folder, {stem} the same "
+            "without extension ('https://host/docs/{stem}.html').",
         ),
     ] = None,
     doc_version: Annotated[Optional[str], typer.Option("--doc-version")] = None,
@@ -196,6 +206,12 @@ def ingest_cmd(
         raise KnowledgeError("nothing to ingest: give one or more PATHs, or --builtin")
     if max_chunks < 1:
         raise KnowledgeError(f"--max-chunks must be at least 1, got {max_chunks}")
+    if source_url and url_template:
+        raise KnowledgeError("give --source-url or --url-template, not both")
+    if url_template:  # refuse a bad template before anything is read or written
+        from knowledge.ingest import check_url_template
+
+        check_url_template(url_template)
     missing = [str(p) for p in paths or () if not p.exists() and not p.is_symlink()]
     if paths and len(missing) == len(paths) and not builtin:  # nothing to read at all: bad input, exit 2
         raise KnowledgeError(f"no such file or folder: {', '.join(missing)}")
@@ -203,6 +219,7 @@ def ingest_cmd(
         vendor=vendor,
         devices=tuple(device or ()),
         source_url=source_url,
+        url_template=url_template,
         doc_version=doc_version,
         kind=kind,
         origin=origin,
