@@ -39,10 +39,17 @@ _DEVICE_PATTERNS: list[tuple[str, tuple[str, ...]]] = [
     (r"mi250x?|mi210|gfx90a|cdna[\s-]?2", ("MI250X",)),
     (r"mtia(?:[\s-]?(?:v[12]|2i|t?[12]))?", ("MTIA",)),
     (r"epyc|xeon|genoa|sapphire[\s-]rapids|x86(?:[_-]64)?", ("x86 CPU",)),
+    # "on the CPU", "CPU kernels": the device. Not the host side of a GPU run: "CPU launch overhead",
+    # "CPU-side", "CPU time", "host CPU" are about what the CPU costs a GPU kernel.
+    (
+        r"(?<!host\s)(?<!host-)cpus?(?![\s-]+(?:launch(?:es|ing)?|overheads?|side|time|timings?|bound|threads?|"
+        r"dispatch|latenc(?:y|ies)|usage|utili[sz]ation|wall|cost))",
+        ("x86 CPU",),
+    ),
 ]
 
-# Device names that only a device *name* (a fingerprint's, not a question) may resolve: "cpu" in a
-# question is usually about launch overhead, not about running kernels on a CPU.
+# Device names that only a device *name* (a fingerprint's, not a question) may resolve: there, "cpu"
+# names the device whatever follows it.
 _DEVICE_NAME_ONLY: list[tuple[str, tuple[str, ...]]] = [(r"cpu", ("x86 CPU",))]
 
 DEVICE_ARCH: dict[str, str] = {
@@ -167,8 +174,9 @@ def canonical_devices(text: str, extra_names: Iterable[str] = (), *, device_name
     """Canonical devices named in `text`.
 
     `extra_names` are device names from ingested documents that the table does not know (a user's
-    "MI355X"): they match literally and stand for themselves. `device_name=True` also reads "cpu",
-    which is right for a fingerprint's device name and wrong for a question.
+    "MI355X"): they match literally and stand for themselves. `device_name=True` also reads "cpu"
+    where a question would not ("cpu launch overhead" is about a GPU run), which is right for a
+    fingerprint's device name.
     """
     table = _DEVICES + (_DEVICES_NAME_ONLY if device_name else [])
     found = _scan(text, table)

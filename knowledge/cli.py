@@ -112,17 +112,38 @@ class _IngestProgress:
         self._bar.update(self._chunks, completed=done)
 
 
-def _report_table(report: IngestReport):
-    from rich.table import Table
+def _report_table(report: IngestReport, width: int):
+    """One line per file; a path too long for its column loses its middle, so its name stays."""
+    from knowledge.render import cut_middle, fit_widths, table_of
 
-    table = Table(title="ingest")
-    for col in ("file", "status", "chunks", "reason or note"):
-        table.add_column(col, overflow="fold")
+    headers = ("file", "status", "chunks", "reason or note")
+    rows = [
+        (f.path, f.status.value, str(f.chunks), "; ".join(([f.reason] if f.reason else []) + list(f.notes)))
+        for f in report.files
+    ]
+    widths = fit_widths(headers, rows, width, shrink=(0, 3))
+    table = table_of("ingest", *headers, no_wrap=headers)
+    for column, w in zip(table.columns, widths):
+        column.width = w
+    table.columns[2].justify = "right"
     style = {FileStatus.failed: "red", FileStatus.skipped: "yellow", FileStatus.unchanged: "dim"}
-    for f in report.files:
-        why = "; ".join(([f.reason] if f.reason else []) + list(f.notes))
-        table.add_row(_esc(f.path), f"[{style.get(f.status, 'green')}]{f.status.value}[/]", str(f.chunks), _esc(why))
+    for f, (path, status, chunks, why) in zip(report.files, rows):
+        table.add_row(
+            _esc(cut_middle(path, widths[0])), f"[{style.get(f.status, 'green')}]{status}[/]", chunks, _esc(why)
+        )
     return table
+
+
+def _report_lines(report: IngestReport):
+    """Each failure and each note whole, on one line of its own (a table cell may have been cut): what
+    `grep broken.pdf` and a reader of a log need."""
+    from rich.text import Text
+
+    for f in report.files:
+        if f.status is FileStatus.failed:
+            yield Text(f"failed: {f.path}: {f.reason}")
+        for note in f.notes:
+            yield Text(f"note: {f.path}: {note}")
 
 
 def _refresh_index(store, files=None) -> None:
@@ -147,7 +168,17 @@ def ingest_cmd(
     source_url: Annotated[
         Optional[str],
         typer.Option(
-            "--source-url", help="The file's URL, or the URL a folder is published at (each file gets its own)."
+            "--source-url",
+            help="The file's URL, or the URL a folder is published at (each file gets its own: a GitHub "
+            ".../blob/REF/... base keeps the file's extension, any other base gets .html for .md/.rst/.txt).",
+        ),
+    ] = None,
+    url_template: Annotated[
+        Optional[str],
+        typer.Option(
+            "--url-template",
+            help="Each file's URL from a template: {path} is its path inside the folder, {stem} the same "
+            "without extension ('https://host/docs/{stem}.html').",
         ),
     ] = None,
     doc_version: Annotated[Optional[str], typer.Option("--doc-version")] = None,
@@ -175,6 +206,12 @@ def ingest_cmd(
         raise KnowledgeError("nothing to ingest: give one or more PATHs, or --builtin")
     if max_chunks < 1:
         raise KnowledgeError(f"--max-chunks must be at least 1, got {max_chunks}")
+    if source_url and url_template:
+        raise KnowledgeError("give --source-url or --url-template, not both")
+    if url_template:  # refuse a bad template before anything is read or written
+        from knowledge.ingest import check_url_template
+
+        check_url_template(url_template)
     missing = [str(p) for p in paths or () if not p.exists() and not p.is_symlink()]
     if paths and len(missing) == len(paths) and not builtin:  # nothing to read at all: bad input, exit 2
         raise KnowledgeError(f"no such file or folder: {', '.join(missing)}")
@@ -182,6 +219,7 @@ def ingest_cmd(
         vendor=vendor,
         devices=tuple(device or ()),
         source_url=source_url,
+        url_template=url_template,
         doc_version=doc_version,
         kind=kind,
         origin=origin,
@@ -220,7 +258,9 @@ def ingest_cmd(
         )
     else:
         console = _console()
-        console.print(_report_table(report))
+        console.print(_report_table(report, console.width))
+        for line in _report_lines(report):
+            console.print(line, soft_wrap=True)
         counts = ", ".join(f"{report.count(s)} {s.value}" for s in FileStatus if report.count(s))
         console.print(f"{len(report.files)} file(s): {counts} in {report.duration_s:.1f} s")
     if report.failed:
@@ -265,11 +305,15 @@ def ask_cmd(
     render_answer(_console(), result)
 
 
-def docs_cmd(store_dir: StoreOpt = None, as_json: JsonOpt = False) -> None:
-    """The ingested documents, their provenance (with each tag change and its old value), and the
-    vendors and devices they cover."""
-    from rich.table import Table
-
+def docs_cmd(
+    long: Annotated[
+        bool, typer.Option("--long", help="Every field of each document, with its latest tag changes.")
+    ] = False,
+    store_dir: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """The ingested documents, one line each (--long: their provenance, with each tag change and its
+    old value), and the vendors and devices they cover."""
     from knowledge.retrieve import catalogue
 
     with _open_store(store_dir) as store:
@@ -294,9 +338,46 @@ def docs_cmd(store_dir: StoreOpt = None, as_json: JsonOpt = False) -> None:
             }
         )
         return
-    table = Table(title=f"{len(documents)} document(s)")
-    for col in ("document", "origin, kind, vendor, version", "devices", "url, sha256, ingested"):
-        table.add_column(col, overflow="fold")
+    console = _console()
+    console.print(_docs_long(documents, history, console.width) if long else _docs_compact(documents, console.width))
+    console.print("vendors: " + (", ".join(f"{_esc(v)} ({n})" for v, n in vendors.items()) or "none"))
+    console.print("devices: " + (", ".join(f"{_esc(v)} ({n})" for v, n in devices.items()) or "none"))
+
+
+def _docs_compact(documents, width: int):
+    """One line per document: the id `retag`/`forget` accept, title, kind, vendor and devices, where."""
+    from knowledge.render import cut_middle, fit_widths, table_of, unique_prefixes
+
+    headers = ("id", "document", "kind", "vendor, devices", "source")
+    ids = unique_prefixes(d.document_id for d in documents)
+    rows = [
+        (
+            ids[d.document_id],
+            d.title,
+            d.kind.value,
+            " ".join(x for x in (d.vendor, ", ".join(d.devices)) if x) or "-",
+            d.source_url or d.source,
+        )
+        for d in documents
+    ]
+    widths = fit_widths(headers, rows, width, shrink=(1, 3, 4))
+    table = table_of(f"{len(documents)} document(s)", *headers, no_wrap=headers)
+    for column, w in zip(table.columns, widths):
+        column.width = w
+    for row in rows:
+        table.add_row(*(_esc(x) for x in row[:4]), _esc(cut_middle(row[4], widths[4])))
+    return table
+
+
+def _docs_long(documents, history, width: int):
+    """Every field of each document and its latest tag changes (`--json` has them all)."""
+    from knowledge.render import cut_middle, table_of
+
+    table = table_of(
+        f"{len(documents)} document(s)", "document", "origin, kind, vendor, version", "devices", "url, sha256, ingested"
+    )
+    source_width = max(18, width // 4)
+    table.columns[0].max_width = source_width
     for d in documents:
         facts = ", ".join(x for x in (d.origin.value, d.kind.value, d.vendor, d.doc_version) if x)
         prov = "\n".join(
@@ -308,21 +389,18 @@ def docs_cmd(store_dir: StoreOpt = None, as_json: JsonOpt = False) -> None:
                 f"retagged {d.retagged_at[:19]}" if d.retagged_at else None,
                 *(
                     f"{h.field} {json.dumps(h.old)} -> {json.dumps(h.new)} ({h.cause}, {h.changed_at[:10]})"
-                    for h in history.get(d.document_id, [])[-3:]  # the latest changes; --json has them all
+                    for h in history.get(d.document_id, [])[-3:]
                 ),
             )
             if x
         )
         table.add_row(
-            f"{_esc(d.title)}\n[dim]{_esc(d.source)} ({d.document_id})[/]",
+            f"{_esc(d.title)}\n[dim]{_esc(cut_middle(d.source, source_width))}\n({d.document_id})[/]",
             _esc(facts),
             _esc(", ".join(d.devices)),
             _esc(prov),
         )
-    console = _console()
-    console.print(table)
-    console.print("vendors: " + (", ".join(f"{_esc(v)} ({n})" for v, n in vendors.items()) or "none"))
-    console.print("devices: " + (", ".join(f"{_esc(v)} ({n})" for v, n in devices.items()) or "none"))
+    return table
 
 
 def reindex_cmd(store_dir: StoreOpt = None, as_json: JsonOpt = False) -> None:

@@ -15,6 +15,16 @@ class IngestError(KnowledgeError):
     """One file could not be turned into a document: missing, unreadable, empty, binary, corrupt."""
 
 
+class NoTextError(IngestError):
+    """A page with no text of its own (only a toctree, an include, generated API directives): the job
+    skips it rather than failing, because nothing is wrong with it. `notes` are the page's notes so
+    far (an include outside the tree), which the job still reports."""
+
+    def __init__(self, reason: str, notes: tuple[str, ...] = ()) -> None:
+        super().__init__(reason)
+        self.notes = notes
+
+
 class FrontMatterError(IngestError):
     """A provenance header that is malformed, names an unknown key or lacks a required one."""
 

@@ -15,9 +15,19 @@ one vendor), and an origin nobody states follows a vendor that changed. Each cha
 old value, in the document's history (the store appends it; `kscout docs --json` shows it).
 
 Identity is the file's real path: a file reached through a symlinked folder, or named twice on the
-command line, is one document. A folder ingested with `--source-url BASE` gives each file its own URL
-(BASE + its path inside the folder, with .md/.rst/.txt turned into .html the way Sphinx and MyST
-publish them), so an answer cites the file, never the folder.
+command line, is one document. A folder ingested with `--source-url BASE` gives each file its own URL,
+so an answer cites the file, never the folder: BASE + its path inside the folder, kept as it is when
+BASE browses sources (GitHub's or GitLab's `.../blob/REF/...`, raw.githubusercontent.com), with
+.md/.rst/.txt turned into .html otherwise (a docs site, the way Sphinx and MyST publish them).
+`--url-template` says it outright: `{path}` is the file's path inside the folder, `{stem}` the same
+without its extension (`https://host/docs/{stem}.html`).
+
+Pages are judged by what they hold. A page with no text of its own (a toctree, an automodule, an
+include that is not followed) is skipped with that reason, not failed: the job exits 0 when nothing
+is broken. Includes inside the tree are followed (knowledge/includes.py) and a file that another page
+of the job includes is indexed there, not again on its own. Licence and build files (LICENSE*,
+COPYING, NOTICE, CMakeLists.txt, Makefile, *.cmake, setup.py, pyproject.toml, ...) are read as text
+of kind `housekeeping`, whatever their extension, so they never pass for hardware facts.
 
 Re-ingesting the same bytes with other provenance (a new --device, a corrected --vendor) retags the
 document without re-embedding anything; `force=True` parses and chunks the file again and re-embeds
@@ -29,15 +39,18 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import stat
+import string
 import time
 from pathlib import Path
 from typing import Callable, Iterable, NamedTuple, Optional, Sequence
 
 from knowledge.aliases import DEVICE_VENDOR, canonical_devices, normalize_devices
 from knowledge.chunk import chunk_blocks
-from knowledge.errors import IngestError
+from knowledge.errors import IngestError, NoTextError
 from knowledge.frontmatter import REQUIRED_KEYS, check_vendor
+from knowledge.includes import IncludeResolver, included_files
 from knowledge.parse import SUPPORTED_SUFFIXES, parse_bytes
 from knowledge.records import FileResult, FileStatus, IngestReport, Record
 from store.records import Chunk, ChunkKind, Document, DocumentOrigin, utc_now
@@ -47,6 +60,41 @@ MAX_FILE_BYTES = 64 * 1024 * 1024
 # many chunks a document keeps its first ones and the ingest summary says how many were left out.
 MAX_CHUNKS_PER_DOCUMENT = 2000
 _PUBLISHED_AS_HTML = {".md", ".markdown", ".myst", ".rst", ".rest", ".txt"}
+# Bases that show a repository's files as they are (GitHub and GitLab blob/tree/raw views, raw hosts).
+_SOURCE_BROWSER = re.compile(
+    r"^https?://(?:(?:www\.)?github\.com/[^/]+/[^/]+/(?:blob|tree|raw)/|raw\.githubusercontent\.com/|"
+    r"[^/]+/.+/-/(?:blob|tree|raw)/|(?:www\.)?bitbucket\.org/[^/]+/[^/]+/(?:src|raw)/)",
+    re.IGNORECASE,
+)
+URL_PLACEHOLDERS = ("path", "stem")  # --url-template: path inside the folder, with and without extension
+
+# Licence and build files, by name: read as text of their own kind whatever their extension.
+_LICENCE_NAME = re.compile(
+    r"^(?:licen[cs]es?|copying|notices?|copyright|patents|third[-_]party[-_]notices?)(?:[._-].*)?$", re.IGNORECASE
+)
+_BUILD_NAMES = {
+    "cmakelists.txt",
+    "makefile",
+    "gnumakefile",
+    "setup.py",
+    "setup.cfg",
+    "pyproject.toml",
+    "manifest.in",
+    "meson.build",
+    "build",
+    "build.bazel",
+    "workspace",
+    "workspace.bazel",
+    "module.bazel",
+    "sconstruct",
+    "configure.ac",
+    "dockerfile",
+    "tox.ini",
+    "conanfile.txt",
+    "conanfile.py",
+}
+_BUILD_SUFFIXES = {".cmake", ".mk", ".bzl"}
+_BUILD_NAME = re.compile(r"^(?:requirements|constraints)(?:[-_.][\w.-]*)?\.txt$", re.IGNORECASE)
 
 OnFile = Callable[[int, int, FileResult], None]  # (files done, files total, the latest result)
 OnChunks = Callable[[str, int, int], None]  # (file, chunks embedded, chunks to embed) within one file
@@ -58,6 +106,7 @@ class IngestOptions(Record):
     vendor: Optional[str] = None
     devices: tuple[str, ...] = ()
     source_url: Optional[str] = None
+    url_template: Optional[str] = None  # "https://host/docs/{stem}.html": see URL_PLACEHOLDERS
     doc_version: Optional[str] = None
     kind: Optional[ChunkKind] = None
     origin: Optional[DocumentOrigin] = None
@@ -69,6 +118,18 @@ class _Item(NamedTuple):
     path: Path
     result: Optional[FileResult]  # set when the file is already decided (missing, skipped)
     relative: Optional[str] = None  # its path inside the folder that was named, for per-file URLs
+    root: Optional[Path] = None  # the folder that was named (a named file's own folder): its tree
+
+
+def housekeeping_file(name: str) -> bool:
+    """A licence, notice or build file, by its name (LICENSE.txt, CMakeLists.txt, foo.cmake)."""
+    lower = name.lower()
+    return bool(
+        _LICENCE_NAME.match(name)
+        or lower in _BUILD_NAMES
+        or os.path.splitext(lower)[1] in _BUILD_SUFFIXES
+        or _BUILD_NAME.match(name)
+    )
 
 
 def discover(paths: Sequence[Path]) -> list[_Item]:
@@ -77,11 +138,13 @@ def discover(paths: Sequence[Path]) -> list[_Item]:
     items: list[_Item] = []
     seen: set[str] = set()
 
-    def add(p: Path, result: Optional[FileResult] = None, relative: Optional[str] = None) -> None:
+    def add(
+        p: Path, result: Optional[FileResult] = None, relative: Optional[str] = None, root: Optional[Path] = None
+    ) -> None:
         key = os.path.realpath(p) if os.path.exists(p) else os.path.abspath(p)
         if key not in seen:
             seen.add(key)
-            items.append(_Item(p, result, relative))
+            items.append(_Item(p, result, relative, root if root is not None else p.parent))
 
     for p in paths:
         p = Path(p)
@@ -101,11 +164,11 @@ def discover(paths: Sequence[Path]) -> list[_Item]:
                         continue
                     f = Path(root) / name
                     relative = os.path.relpath(f, p)
-                    if f.is_file() and f.suffix.lower() not in SUPPORTED_SUFFIXES:
+                    if f.is_file() and f.suffix.lower() not in SUPPORTED_SUFFIXES and not housekeeping_file(name):
                         reason = f"unsupported file type {f.suffix or '(no extension)'}"
-                        add(f, FileResult(path=str(f), status=FileStatus.skipped, reason=reason), relative)
+                        add(f, FileResult(path=str(f), status=FileStatus.skipped, reason=reason), relative, p)
                     else:
-                        add(f, None, relative)  # a FIFO or a broken link fails by name when read
+                        add(f, None, relative, p)  # a FIFO or a broken link fails by name when read
         else:
             add(p)
     return items
@@ -150,9 +213,38 @@ def file_url(base: str, relative: Optional[str]) -> str:
     if relative is None:
         return base
     rel = Path(relative)
-    if rel.suffix.lower() in _PUBLISHED_AS_HTML:
+    if rel.suffix.lower() in _PUBLISHED_AS_HTML and not _SOURCE_BROWSER.match(base):
         rel = rel.with_suffix(".html")
     return base.rstrip("/") + "/" + rel.as_posix()
+
+
+def check_url_template(template: str) -> str:
+    """The template itself, or IngestError naming what is wrong with it."""
+    try:
+        fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+    except ValueError as exc:
+        raise IngestError(f"--url-template {template!r}: {exc} (write a literal brace as {{{{ or }}}})") from None
+    unknown = [f for f in fields if f not in URL_PLACEHOLDERS]
+    if unknown:
+        known = ", ".join("{" + p + "}" for p in URL_PLACEHOLDERS)
+        raise IngestError(f"--url-template {template!r}: unknown placeholder {{{unknown[0]}}} (known: {known})")
+    if not fields:
+        raise IngestError(f"--url-template {template!r} names no {{path}} or {{stem}}: every file would get one URL")
+    return template
+
+
+def template_url(template: str, relative: str) -> str:
+    """`template` filled for one file: {path} its path inside the folder, {stem} without extension."""
+    rel = Path(relative)
+    return template.format(path=rel.as_posix(), stem=rel.with_suffix("").as_posix())
+
+
+def _url_for(options: IngestOptions, path: Path, relative: Optional[str]) -> Optional[str]:
+    if options.url_template:
+        return template_url(options.url_template, relative or path.name)
+    if options.source_url:
+        return file_url(options.source_url, relative)
+    return None
 
 
 def build_document(
@@ -165,12 +257,14 @@ def build_document(
     builtin: bool = False,
     relative: Optional[str] = None,
     stored: Optional[Document] = None,
+    includes: Optional[IncludeResolver] = None,
 ) -> tuple[Document, list[Chunk], tuple[str, ...]]:
     """Parse and chunk one file's bytes into the rows the store keeps, and notes for the summary.
 
     `stored` is this document as the store has it, if it has it: its tags stand where this job states
-    none (see the module doc). Raises IngestError."""
-    parsed = parse_bytes(path, data)
+    none (see the module doc). `includes` follows the page's includes inside its tree. Raises
+    IngestError (NoTextError for a page with nothing of its own to index)."""
+    parsed = parse_bytes(path, data, includes)
     header = parsed.header
     notes = list(parsed.notes)
     if builtin:
@@ -180,6 +274,9 @@ def build_document(
         if header.origin is not DocumentOrigin.project:
             raise IngestError("shipped document must say 'origin: project' (the project wrote it)")
     sha256 = hashlib.sha256(data).hexdigest()
+    read_files = includes.read_files if includes is not None else []
+    if read_files:  # an edit to an included file is an edit to this page
+        sha256 = hashlib.sha256("\n".join([sha256] + [h for _, h in read_files]).encode()).hexdigest()
     # A header states its tags afresh only with new bytes (or --force): read again, it says nothing new.
     fresh_header = stored is None or stored.sha256 != sha256 or options.force
 
@@ -199,7 +296,10 @@ def build_document(
         vendors = {DEVICE_VENDOR.get(d) for name in devices for d in canonical_devices(name)}
         if len(vendors) == 1 and None not in vendors:
             vendor = vendors.pop()  # inferred from the devices this job states
-    kind = pick("kind", header.kind if header else None, options.kind, ChunkKind.hardware)
+    # A licence or build file says what it is by its name, as firmly as a header would: a folder's
+    # --kind is a guess about the pages around it.
+    own_kind = (header.kind if header else None) or (ChunkKind.housekeeping if housekeeping_file(path.name) else None)
+    kind = pick("kind", own_kind, options.kind, ChunkKind.hardware)
     derived_origin = DocumentOrigin.vendor if vendor not in (None, "generic") else DocumentOrigin.external
     origin = pick("origin", header.origin if header else None, options.origin, derived_origin)
     stated_origin = (header.origin if header else None) or options.origin
@@ -215,16 +315,18 @@ def build_document(
         metadata["measurements"] = header.measurements
     if header and header.written:
         metadata["written"] = header.written
+    if read_files:
+        metadata["includes"] = [name for name, _ in read_files]
     if origin is DocumentOrigin.project:
         # A project note is cited as itself; the pages it drew on are what it cites, not its address.
-        source_url = pick("source_url", None, options.source_url if not builtin else None)
+        source_url = pick("source_url", None, _url_for(options, path, relative) if not builtin else None)
         if header and header.sources:
             metadata["cites"] = list(header.sources)
     else:
         source_url = pick(
             "source_url",
             _pick_url(header.sources) if header and header.sources else None,
-            file_url(options.source_url, relative) if options.source_url else None,
+            _url_for(options, path, relative),
         )
     document_id = document_id_for(identity)
     doc = Document(
@@ -282,10 +384,12 @@ class _Batch:
         # The documents as stored when the job began (one read): their tags stand where the job states none.
         self.stored: dict[str, Document] = {d.document_id: d for d in store.documents()}
 
-    def add(self, name: str, data_fn: Callable[[], bytes], *, identity: str, **kw) -> None:
+    def add(self, name: str, data_fn: Callable[[], bytes], *, identity: str, includes_fn=lambda: None, **kw) -> None:
         try:
             stored = self.stored.get(document_id_for(identity))
-            entry = build_document(data_fn(), identity=identity, stored=stored, **kw)
+            entry = build_document(data_fn(), identity=identity, stored=stored, includes=includes_fn(), **kw)
+        except NoTextError as exc:  # nothing is wrong with a page that only links others
+            entry = FileResult(path=name, status=FileStatus.skipped, reason=str(exc), notes=exc.notes)
         except IngestError as exc:
             entry = FileResult(path=name, status=FileStatus.failed, reason=str(exc))
         self.entries.append((name, entry))
@@ -340,6 +444,9 @@ def ingest_files(
             options = options.model_copy(update={"devices": normalize_devices(options.devices)})
         except ValueError as exc:
             raise IngestError(str(exc)) from None
+    if options.url_template:
+        options = options.model_copy(update={"url_template": check_url_template(options.url_template)})
+    included = included_files([(i.path, i.root or i.path.parent) for i in items if i.result is None], _read)
     batch = _Batch(store, options.force, on_file, on_chunks, len(items))
     for item in items:
         if item.result is not None:
@@ -347,6 +454,11 @@ def ingest_files(
             continue
         path = item.path
         resolved = os.path.realpath(path)
+        if resolved in included:
+            reason = f"included by {included[resolved]} (indexed there)"
+            batch.decided(FileResult(path=str(path), status=FileStatus.skipped, reason=reason))
+            continue
+        root = item.root or path.parent
         batch.add(
             str(path),
             lambda p=path: _read(p),
@@ -355,6 +467,7 @@ def ingest_files(
             identity=f"file:{resolved}",
             options=options,
             relative=item.relative,
+            includes_fn=lambda p=path, r=root: IncludeResolver(r, _read, page=p),
         )
     batch.flush()
     return IngestReport(files=tuple(batch.results), duration_s=time.perf_counter() - started)

@@ -57,6 +57,21 @@ _REMEDY = re.compile(
 _HOWTO_PHRASE = re.compile(r"\bbest\s+(?:practices?|ways?\s+to)\b", re.IGNORECASE)
 
 
+# Words that ask about a project's licence or build, the only questions licence and build files
+# (kind housekeeping) answer; any other question ("how big is the H100's L2") never cites them.
+_HOUSEKEEPING = re.compile(
+    r"\b(licen[cs](?:e|es|ed|ing)|copyright|copying|notices?|patents?|spdx|"
+    r"build(?:s|ing)?|cmake\w*|makefiles?|bazel|meson|setup\.py|pyproject|install(?:s|ed|ing|ation)?|"
+    r"requirements?|dependenc(?:y|ies)|compil(?:e|es|ed|ing|er)\s+flags?)\b",
+    re.IGNORECASE,
+)
+
+
+def asks_about_housekeeping(question: str) -> bool:
+    """Whether a question is about a licence or a build, so licence and build files may answer it."""
+    return bool(_HOUSEKEEPING.search(question))
+
+
 def classify(question: str) -> Intent:
     """Failed before worked ("what worked and what failed" is asked to avoid mistakes), then how-to;
     a remedy asked for (see the module doc) is set aside first and makes the question a how-to."""

@@ -13,11 +13,12 @@ import io
 import re
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import NamedTuple, Optional
+from typing import Callable, NamedTuple, Optional
 
 from knowledge.blocks import Block, markdown_table, slug
-from knowledge.errors import IngestError
+from knowledge.errors import FrontMatterError, IngestError, NoTextError
 from knowledge.frontmatter import FrontMatter, split_front_matter
+from knowledge.includes import IncludeResolver, expand_rst, literal_language, myst_options, select_lines
 
 MARKDOWN_SUFFIXES = {".md", ".markdown", ".mdown", ".myst"}
 RST_SUFFIXES = {".rst", ".rest"}
@@ -74,37 +75,93 @@ def _decode(data: bytes) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
-def parse_bytes(path: Path, data: bytes) -> ParsedDoc:
+def parse_bytes(path: Path, data: bytes, includes: Optional[IncludeResolver] = None) -> ParsedDoc:
+    """The page's blocks. With `includes`, its RST and MyST includes inside the tree are followed
+    (knowledge/includes.py); without, they are dropped like a toctree.
+
+    Raises NoTextError for a page with no text of its own, IngestError for a file that is broken."""
     if not data.strip():
         raise IngestError("empty file")
     fmt = detect_format(path, data)
+    dropped: list[str] = []  # directives that held no prose: they say what a page without text was
     if fmt == "pdf":
         doc = _parse_pdf(data)
     else:
         text = _decode(data)
         if fmt == "markdown":
             header, body = split_front_matter(text)
-            blocks = markdown_blocks(body)
+            include = _myst_includer(path, includes, dropped) if includes is not None else None
+            blocks = markdown_blocks(body, include=include, dropped=dropped)
             doc = ParsedDoc("markdown", _first_h1(blocks), header, blocks, header.notes if header else ())
         elif fmt == "rst":
-            if len(data) > MAX_RST_BYTES:
+            if includes is not None:
+                text = expand_rst(text, path, includes)
+            if len(text) > MAX_RST_BYTES:
                 note = (
-                    f"reStructuredText of {len(data) / 1e6:.1f} MB is over the {MAX_RST_BYTES // 2**20} MB "
+                    f"reStructuredText of {len(text) / 1e6:.1f} MB is over the {MAX_RST_BYTES // 2**20} MB "
                     "docutils limit: read as plain paragraphs"
                 )
                 doc = ParsedDoc("text", None, None, _paragraph_blocks(text), (note,))
             else:
                 from knowledge.rst import parse_rst
 
-                title, blocks = parse_rst(text)
+                title, blocks, names = parse_rst(text)
+                dropped += names
                 doc = ParsedDoc("rst", title, None, blocks)
         elif fmt == "html":
             doc = _parse_html(text)
         else:
             doc = ParsedDoc("text", None, None, _paragraph_blocks(text))
+    if includes is not None and includes.notes:
+        doc = doc._replace(notes=doc.notes + tuple(includes.notes))
     if not any(b.level == 0 and b.text.strip() for b in doc.blocks):
-        raise IngestError("no text to index" + (" after the header" if doc.header else ""))
+        raise NoTextError(_no_text_reason(doc, dropped), doc.notes)
     return doc
+
+
+def _no_text_reason(doc: ParsedDoc, dropped: list[str]) -> str:
+    """What a page without prose holds instead: "no text of its own (toctree only)"."""
+    names = list(dict.fromkeys(dropped))
+    if names:
+        return f"no text of its own ({', '.join(names)} only)"
+    held = (["header"] if doc.header else []) + (["headings"] if any(b.level for b in doc.blocks) else [])
+    return f"no text of its own ({' and '.join(held)} only)" if held else "no text of its own"
+
+
+def _myst_includer(path: Path, resolver: IncludeResolver, dropped: list[str]):
+    """The `include` callback of `markdown_blocks` for one file: the blocks of a MyST `{include}`,
+    its headings nested under `level` (the section holding the include) unless :heading-offset: says."""
+
+    def include(target: str, options: dict[str, str], level: int) -> list[Block]:
+        with resolver.enter(path, target) as found:
+            if found is None:
+                return []
+            text = select_lines(found.text, options)
+            language = literal_language(options)
+            if language is not None:
+                code = text.strip("\n")
+                return [Block(0, f"```{language}\n{code}\n```", "code")] if code.strip() else []
+            if "rst" in options.get("parser", "") or "restructuredtext" in options.get("parser", ""):
+                from knowledge.rst import parse_rst
+
+                _title, blocks, names = parse_rst(expand_rst(text, found.path, resolver))
+                dropped.extend(names)
+            else:
+                try:
+                    _header, text = split_front_matter(text)
+                except FrontMatterError:
+                    pass  # an included file's header is not this page's: its lines are text
+                blocks = markdown_blocks(text, include=_myst_includer(found.path, resolver, dropped), dropped=dropped)
+        levels = [b.level for b in blocks if b.level]
+        try:
+            offset = int(options["heading-offset"]) if "heading-offset" in options else None
+        except ValueError:
+            offset = None
+        if offset is None:
+            offset = max(0, level + 1 - min(levels)) if levels else 0
+        return [b._replace(level=min(6, b.level + offset)) if b.level else b for b in blocks]
+
+    return include
 
 
 def _first_h1(blocks: list[Block]) -> Optional[str]:
@@ -129,7 +186,6 @@ _HTML_COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
 _MYST_CODE = {"code-block", "code", "code-cell", "sourcecode"}
 _MYST_DROPPED = {
     "toctree",
-    "include",
     "literalinclude",
     "image",
     "figure",
@@ -174,20 +230,31 @@ def _as_table(lines: list[str]) -> Optional[str]:
     return markdown_table(_split_row(lines[0]), [_split_row(line) for line in lines[2:] if line.strip()])
 
 
-def markdown_blocks(body: str) -> list[Block]:
+MystInclude = Callable[[str, dict, int], list[Block]]  # (target, options, level of its section) -> blocks
+
+
+def markdown_blocks(
+    body: str, include: Optional[MystInclude] = None, dropped: Optional[list[str]] = None
+) -> list[Block]:
     """Headings (#..######) with their anchors, paragraphs, code and tables.
 
     A fenced code block stays whole and its '#' lines are code. A MyST directive fence is transparent
     (its content is parsed as Markdown, its label becomes a line of text) unless it holds code, which
-    stays a code block, or only wires pages together (toctree, include), which is dropped.
+    stays a code block, or only wires pages together (toctree), which is dropped. An `{include}` is
+    replaced by the blocks `include` returns, or dropped when there is no `include`. Each dropped
+    directive's name is appended to `dropped`.
     """
     body = _HTML_COMMENT.sub("", body)
     blocks: list[Block] = []
     para: list[str] = []
     used_anchors: dict[str, int] = {}
     pending_label: Optional[str] = None
-    # Open fences, innermost last: (fence text, "code" | "drop" | "open", collected code lines, language).
+    # Open fences, innermost last: (fence text, "code" | "drop" | "open" | "include", collected lines,
+    # language or include target).
     stack: list[tuple[str, str, list[str], str]] = []
+
+    def section_level() -> int:
+        return next((b.level for b in reversed(blocks) if b.level), 0)
 
     def flush() -> None:
         lines = [line for line in para]
@@ -217,17 +284,22 @@ def markdown_blocks(body: str) -> list[Block]:
 
     for line in body.split("\n"):
         fm = _FENCE.match(line)
-        if stack and stack[-1][1] in ("code", "drop"):
+        if stack and stack[-1][1] in ("code", "drop", "include"):
             fence, mode, code, lang = stack[-1]
             if fm and fm.group(2)[0] == fence[0] and len(fm.group(2)) >= len(fence) and not fm.group(3).strip():
                 stack.pop()
-                if mode == "code":
+                if mode == "include":
+                    got = include(lang, myst_options(code), section_level()) if include is not None else []
+                    if not got and dropped is not None:
+                        dropped.append("include")
+                    blocks.extend(got)
+                elif mode == "code":
                     while code and _OPTION_LINE.match(code[0]):
                         code.pop(0)
                     text = "\n".join(code).strip("\n")
                     if text.strip():
                         blocks.append(Block(0, f"```{lang}\n{text}\n```", "code"))
-            elif mode == "code":
+            elif mode in ("code", "include"):
                 code.append(line)
             continue
         if fm:
@@ -248,8 +320,12 @@ def markdown_blocks(body: str) -> list[Block]:
                 name, arg = directive.group(1), directive.group(2).strip()
                 if name in _MYST_CODE:
                     stack.append((fence, "code", [], arg))
+                elif name == "include":
+                    stack.append((fence, "include", [], arg))
                 elif name in _MYST_DROPPED or name.startswith(("doxygen", "auto")):
                     stack.append((fence, "drop", [], ""))
+                    if dropped is not None:
+                        dropped.append(name)
                 else:
                     stack.append((fence, "open", [], ""))
                     label = _ADMONITIONS.get(name)

@@ -35,7 +35,9 @@ class FileStatus(str, enum.Enum):
     retagged = "retagged"  # same bytes, corrected provenance: rows and vector metadata, no re-embedding
     repaired = "repaired"  # same bytes, but its vectors had never reached Chroma (a crash): written now
     failed = "failed"
-    skipped = "skipped"  # found while walking a folder, but not a format we read (an image, a .py)
+    # Nothing wrong, nothing to index: a format we do not read (an image, a .py), a page with no text
+    # of its own (toctree only), or a file another page of the job includes (indexed there).
+    skipped = "skipped"
 
 
 class FileResult(Record):

@@ -1,18 +1,77 @@
-"""How `kscout ask` prints an answer: measurements as the intent wants them, then the documents.
+"""How `kscout ask` prints an answer: measurements as the intent wants them, then the documents; and
+the tables every knowledge command shares.
 
 Every line says where it comes from. An outcome measured by another team says whose it is and that it
 was not re-measured here; two outcomes that tell one measurement two ways are both marked; a document
 hit says its file (with the section's anchor), its vendor and version, and whether it is a vendor's
 document or a note the project (or a team) wrote with its own measurements.
+
+Tables read at 80 columns, on a terminal or through a pipe: prose wraps between words, and a path, a
+URL or an id is never folded mid-word. A value too long for its column is cut with "…" (a path or a
+URL in its middle, so both its start and its file name stay), so `grep broken.pdf` finds its line.
 """
 
 from __future__ import annotations
 
+from typing import Iterable, Sequence
+
+from rich import box
 from rich.markup import escape as esc
 from rich.table import Table
 
 from knowledge.records import AskResult, DocumentHit
 from store.records import DocumentOrigin
+
+
+def table_of(title: str, *columns: str, no_wrap: Iterable[str] = ()) -> Table:
+    """A kscout table: no outer box (every column counts at 80), every cell cut with "…" rather than
+    folded; the columns named in `no_wrap` (paths, URLs, ids, statuses) keep one line per row."""
+    t = Table(
+        title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True, title_justify="left"
+    )
+    keep = set(no_wrap)
+    for name in columns:
+        t.add_column(name, overflow="ellipsis", no_wrap=name in keep)
+    return t
+
+
+def fit_widths(headers: Sequence[str], rows: Sequence[Sequence[str]], width: int, shrink: Sequence[int]) -> list[int]:
+    """Column widths for one-line rows in `width` characters: each column as wide as its widest cell,
+    then what does not fit taken from the `shrink` columns, widest first (a column keeps at least 8)."""
+    from rich.cells import cell_len
+
+    widths = [max([cell_len(h)] + [cell_len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+    excess = sum(widths) + 2 * (len(widths) - 1) - width  # two characters between columns (table_of)
+    while excess > 0:
+        i = max(shrink, key=lambda c: widths[c])
+        if widths[i] <= 8:
+            break
+        widths[i] -= 1
+        excess -= 1
+    return widths
+
+
+def cut_middle(text: str, width: int) -> str:
+    """'/very/long/path/to/broken.pdf' -> '/very/lo…/broken.pdf': the start and the end both stay."""
+    if width < 3 or len(text) <= width:
+        return text
+    keep = width - 1
+    head = keep // 3
+    return text[:head] + "…" + text[len(text) - (keep - head) :]
+
+
+def unique_prefixes(ids: Iterable[str], minimum: int = 8) -> dict[str, str]:
+    """The shortest prefix (at least `minimum` characters) of each id that no other id starts with:
+    what `kscout retag` and `forget` accept back."""
+    ordered = sorted(set(ids))
+    out = {}
+    for i, this in enumerate(ordered):
+        n = minimum
+        for other in ordered[max(0, i - 1) : i] + ordered[i + 1 : i + 2]:
+            common = next((j for j, (a, b) in enumerate(zip(this, other)) if a != b), min(len(this), len(other)))
+            n = max(n, common + 1)
+        out[this] = this[: min(n, len(this))]
+    return out
 
 
 def _speed(o) -> str:
@@ -45,9 +104,7 @@ def render_answer(console, result: AskResult) -> None:
         style="dim",
     )
     if result.failure_hits:
-        table = Table(title="failure patterns")
-        for col in ("stage / error", "seen", "message shape", "where", "whose"):
-            table.add_column(col, overflow="fold")
+        table = table_of("failure patterns", "stage / error", "seen", "message shape", "where", "whose")
         for h in result.failure_hits:
             p = h.failure
             whose = h.imported_from.label() if h.imported_from else "this store"
@@ -67,9 +124,7 @@ def render_answer(console, result: AskResult) -> None:
         if any(h.conflicts_with for h in result.outcome_hits):  # shown whatever the intent would keep
             also = "and the rows that disagree with them"
             title = f"{title[:-1]}, {also})" if title.endswith(")") else f"{title} ({also})"
-        table = Table(title=title)
-        for col in ("tried", "result", "where", "when, versions", "measured by", "evidence"):
-            table.add_column(col, overflow="fold")
+        table = table_of(title, "tried", "result", "where", "when, versions", "measured by", "evidence")
         for h in result.outcome_hits:
             o = h.outcome
             # Status and speed are separate facts: a failure or an untimed pass says so; a timed
@@ -92,12 +147,14 @@ def render_answer(console, result: AskResult) -> None:
             f"[dim]no {'significant speedups' if result.intent == 'worked' else 'outcomes'} recorded "
             f"for this question[/]"
         )
-    docs = Table(title="documents")
-    for col in ("#", "document > section", "excerpt", "source"):
-        docs.add_column(col, overflow="fold")
+    docs = table_of("documents", "#", "document > section", "excerpt", "source", no_wrap=("#",))
+    # A location is one word: cut in its middle to what the source column gets, its anchor kept.
+    location_width = max(24, console.width * 3 // 10)
+    docs.columns[3].max_width = location_width
     for i, d in enumerate(result.documents, start=1):
         section = " > ".join(d.heading_path[1:] or d.heading_path)
         title = f"{esc(d.title)}\n[dim]> {esc(section)}[/]" if section else esc(d.title)
         facts = ", ".join(x for x in (_who(d), f"version {d.doc_version}" if d.doc_version else None) if x)
-        docs.add_row(str(i), title, esc(d.excerpt), f"{esc(d.location)}\n[dim]{esc(facts)}[/]")
+        location = cut_middle(d.location, location_width)
+        docs.add_row(str(i), title, esc(d.excerpt), f"{esc(location)}\n[dim]{esc(facts)}[/]")
     console.print(docs if result.documents else "[dim]no documents matched[/]")

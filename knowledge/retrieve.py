@@ -49,10 +49,11 @@ from knowledge.aliases import (
 from knowledge.bm25 import tokenize
 from knowledge.errors import RetrievalError
 from knowledge.index import Corpus, corpus_for, search_vectors
-from knowledge.intent import Intent, classify
+from knowledge.intent import Intent, asks_about_housekeeping, classify
 from knowledge.records import AskResult, DocumentHit, FailureHit, OutcomeHit, Provenance, QueryFacets
 from store.records import (
     Chunk,
+    ChunkKind,
     Document,
     DocumentOrigin,
     FailurePattern,
@@ -591,7 +592,9 @@ def ask(store, question: str, *, device: Optional[str] = None, op: Optional[str]
         corpus.imported = _provenance(store, "documents", list(corpus.documents))
         facets = resolve_facets(question, corpus, device, op)
         intent = classify(question)
-        hits = rank_chunks(store, corpus, question, facets, k=k)
+        # Licence and build files answer only questions about a licence or a build (knowledge.intent).
+        kinds = None if asks_about_housekeeping(question) else set(ChunkKind) - {ChunkKind.housekeeping}
+        hits = rank_chunks(store, corpus, question, facets, k=k, kinds=kinds)
         outcomes, conflicts = with_disagreements(store, search_outcomes(store, facets, k=k, intent=intent))
         failures = search_failures(store, facets, k=k) if intent is Intent.failed else []
         o_prov = _provenance(store, "outcomes", [o.outcome_id for o in outcomes])

@@ -7,7 +7,10 @@ the text" happened. So before parsing, every directive and role name the source 
 an unknown directive is registered as a container whose content is parsed as ordinary body text (a
 `tab-item`'s paragraphs stay, its syntax goes), or dropped when it only wires pages together
 (`toctree`, `index`, `doxygen*`); an unknown role renders its visible text (`:ref:`LDS <lds>`` -> LDS).
-Reading other files (`include`, `literalinclude`, `csv-table :file:`) and raw HTML are switched off.
+docutils reads no other file (`literalinclude`, `csv-table :file:`) and no raw HTML: an ingest job
+expands `include` itself, inside the tree it was given, before docutils sees the page
+(knowledge/includes.py), and an include it did not follow is dropped here. The names of dropped
+directives are returned, so a page that held nothing else can say what it held ("toctree only").
 
 The result is the same `Block` list every format produces: headings with their docutils ids (the
 anchors Sphinx gives the rendered page), paragraphs, code blocks and tables with their header row.
@@ -68,6 +71,7 @@ _ADMONITIONS = {
 
 _lock = threading.Lock()  # docutils keeps its directive and role registries in module globals
 _registered: set[str] = set()
+_dropped_seen: list[str] = []  # names of the directives dropped while parsing one page (under _lock)
 
 
 def _setup(source: str) -> None:
@@ -137,6 +141,7 @@ def _setup(source: str) -> None:
         option_spec = _AnyOption()
 
         def run(self):
+            _dropped_seen.append(self.name)
             return []
 
     def _visible_text(name, rawtext, text, lineno, inliner, options=None, content=None):
@@ -166,8 +171,9 @@ def _setup(source: str) -> None:
         _registered.add(key)
 
 
-def parse_rst(text: str) -> tuple[Optional[str], list[Block]]:
-    """(document title, blocks). Never raises for markup problems: docutils reports nothing here."""
+def parse_rst(text: str) -> tuple[Optional[str], list[Block], list[str]]:
+    """(document title, blocks, names of the directives dropped). Never raises for markup problems:
+    docutils reports nothing here."""
     from docutils.core import publish_doctree
 
     settings = {
@@ -184,8 +190,11 @@ def parse_rst(text: str) -> tuple[Optional[str], list[Block]]:
     }
     with _lock:
         _setup(text)
+        _dropped_seen.clear()
         doctree = publish_doctree(text, settings_overrides=settings)
-    return _Walker().run(doctree)
+        dropped = list(_dropped_seen)
+    title, blocks = _Walker().run(doctree)
+    return title, blocks, dropped
 
 
 def _inline_text(node) -> str:

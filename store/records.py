@@ -27,6 +27,9 @@ class ChunkKind(str, enum.Enum):
     hardware = "hardware"
     constraint = "constraint"
     guidance = "guidance"
+    # Licence, notice and build files (LICENSE, NOTICE, CMakeLists.txt, Makefile, pyproject.toml):
+    # searchable, but never a hardware fact, so an answer about a device does not cite them.
+    housekeeping = "housekeeping"
 
 
 class DocumentOrigin(str, enum.Enum):
@@ -45,7 +48,7 @@ class Document(Row):
     devices: tuple[str, ...] = ()
     doc_version: Optional[str] = None
     source_url: Optional[str] = None  # where a reader finds this very file (never a folder's URL)
-    sha256: str  # of the document's bytes
+    sha256: str  # of the document's bytes (and of the files it includes, in order, when it includes any)
     kind: ChunkKind = ChunkKind.hardware
     op_families: tuple[str, ...] = ()
     builtin: bool = False

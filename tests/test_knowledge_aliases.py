@@ -43,9 +43,37 @@ def test_device_aliases_resolve_to_canonical_devices_and_archs(question, devices
     assert facets.archs == archs
 
 
-def test_cpu_in_a_question_is_not_a_device_but_in_a_device_name_it_is():
-    assert parse_query("how much cpu launch overhead does a kernel have").devices == ()
+@pytest.mark.parametrize(
+    "question",
+    [
+        "what worked for layernorm on the CPU",
+        "softmax on cpu in float32",
+        "does the rmsnorm kernel run on CPUs",
+        "cpu kernels for cross entropy",
+    ],
+)
+def test_cpu_in_a_question_is_the_device(question):
+    facets = parse_query(question)
+    assert (facets.devices, facets.archs) == (("x86 CPU",), ("cpu",))
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "how much cpu launch overhead does a kernel have",
+        "is the H100 softmax CPU-bound",
+        "the CPU-side cost of a Triton launch",
+        "cpu time of autotuning",
+        "how busy is the host CPU during a run",
+    ],
+)
+def test_cpu_as_the_host_side_of_a_gpu_run_is_not_a_device(question):
+    assert "x86 CPU" not in parse_query(question).devices
+
+
+def test_cpu_in_a_device_name_is_the_device_whatever_follows():
     assert canonical_devices("cpu (triton interpreter)", device_name=True) == ("x86 CPU",)
+    assert canonical_devices("cpu time", device_name=True) == ("x86 CPU",)
     assert canonical_devices("NVIDIA H200", device_name=True) == ("H200",)
     assert canonical_devices("AMD Instinct MI300X VF", device_name=True) == ("MI300X",)
 

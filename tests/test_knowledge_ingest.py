@@ -434,3 +434,166 @@ def test_a_document_owed_vectors_is_repaired_by_ingest_not_called_unchanged(tmp_
         report = ingest_paths(store, [docs / "layernorm.md"])
         assert report.files[0].status is FileStatus.repaired
         assert store.pending_vector_documents() == [] and store.vector_count("chunks") == 3
+
+
+# -- pages judged by content, licence and build files, per-file URLs ----------------------------------
+
+THIRDPARTY = Path("/work/shared/thirdparty-docs")
+needs_thirdparty = pytest.mark.skipif(
+    not (THIRDPARTY / "cccl" / "docs").is_dir(), reason=f"vendor docs for testing are not at {THIRDPARTY}"
+)
+
+
+def test_a_toctree_only_page_is_skipped_and_the_job_exits_0(tmp_path, docs, capsys, monkeypatch):
+    monkeypatch.setenv("KSCOUT_VECTORS", "off")
+    (docs / "index.rst").write_text("Guides\n======\n\n.. toctree::\n   :maxdepth: 1\n\n   layernorm\n   sub/softmax\n")
+    (docs / "api.md").write_text("# API\n\n```{automodule} kernels.layernorm\n:members:\n```\n")
+
+    code, out, _ = run_cli(["ingest", str(docs), "--store", str(tmp_path / "home"), "--json"], capsys)
+
+    assert code == 0
+    report = json.loads(out)
+    by_name = {Path(f["path"]).name: (f["status"], f["reason"]) for f in report["files"]}
+    assert by_name["index.rst"] == ("skipped", "no text of its own (toctree only)")
+    assert by_name["api.md"] == ("skipped", "no text of its own (automodule only)")
+    assert report["counts"]["failed"] == 0 and report["counts"]["added"] == 2
+
+
+def test_a_corrupt_pdf_beside_a_toctree_page_still_fails_the_job(tmp_path, docs, capsys, monkeypatch):
+    monkeypatch.setenv("KSCOUT_VECTORS", "off")
+    (docs / "index.rst").write_text("Guides\n======\n\n.. toctree::\n\n   layernorm\n")
+    (docs / "broken.pdf").write_bytes(b"%PDF-1.7\n1 0 obj << /Type /Catalog >> garbage")
+    code, out, _ = run_cli(["ingest", str(docs), "--store", str(tmp_path / "home"), "--json"], capsys)
+    assert code == 1
+    statuses = {Path(f["path"]).name: f["status"] for f in json.loads(out)["files"]}
+    assert (statuses["index.rst"], statuses["broken.pdf"]) == ("skipped", "failed")
+
+
+def test_licence_and_build_files_get_their_own_kind_and_stay_out_of_hardware_answers(tmp_path, monkeypatch):
+    monkeypatch.setenv("KSCOUT_VECTORS", "off")
+    repo = tmp_path / "repo"
+    (repo / "cmake").mkdir(parents=True)
+    memory = "The H100 has 50 MB of L2 cache shared by all SMs."
+    (repo / "LICENSE").write_text(f"MIT License\n\nPermission is granted to use this software. {memory}\n")
+    (repo / "NOTICE.md").write_text(f"# Notice\n\n{memory}\n")
+    (repo / "CMakeLists.txt").write_text(f"# {memory}\nproject(kernels CUDA)\n")
+    (repo / "Makefile").write_text(f"# {memory}\nall:\n\tnvcc -arch=sm_90 k.cu\n")
+    (repo / "cmake" / "cuda.cmake").write_text(f"# {memory}\n")
+    (repo / "pyproject.toml").write_text(f'[project]\nname = "kernels"\ndescription = "{memory}"\n')
+    (repo / "memory.md").write_text(f"# H100 memory\n\n{memory}\n")
+    from knowledge.retrieve import ask
+
+    with Store.open(tmp_path / "home") as store:
+        report = ingest_paths(store, [repo], IngestOptions(kind=ChunkKind.hardware))
+        assert all(f.status is FileStatus.added for f in report.files), report.files
+        kinds = {Path(d.source).name: d.kind for d in store.documents()}
+        assert kinds == {
+            "CMakeLists.txt": ChunkKind.housekeeping,
+            "LICENSE": ChunkKind.housekeeping,
+            "Makefile": ChunkKind.housekeeping,
+            "NOTICE.md": ChunkKind.housekeeping,
+            "cuda.cmake": ChunkKind.housekeeping,
+            "memory.md": ChunkKind.hardware,
+            "pyproject.toml": ChunkKind.housekeeping,
+        }
+        assert {c.kind for c in store.chunks() if "project(kernels" in c.text} == {ChunkKind.housekeeping}
+        hardware = ask(store, "how much L2 cache does the H100 have", k=5).documents
+        assert [h.title for h in hardware] == ["H100 memory"]
+        licence = ask(store, "which license grants permission to use this software", k=5).documents
+        assert licence[0].title == "LICENSE"
+
+
+@pytest.mark.parametrize(
+    "base, relative, url",
+    [
+        (
+            "https://github.com/NVIDIA/cccl/blob/571f2fc/docs/",
+            "cub/api/CMakeLists.txt",
+            "https://github.com/NVIDIA/cccl/blob/571f2fc/docs/cub/api/CMakeLists.txt",
+        ),
+        (
+            "https://github.com/NVIDIA/cccl/blob/571f2fc/docs",
+            "cub/index.rst",
+            "https://github.com/NVIDIA/cccl/blob/571f2fc/docs/cub/index.rst",
+        ),
+        (
+            "https://gitlab.com/org/kernels/-/blob/main/docs/",
+            "guide.md",
+            "https://gitlab.com/org/kernels/-/blob/main/docs/guide.md",
+        ),
+        ("https://nvidia.github.io/cccl/", "cub/index.rst", "https://nvidia.github.io/cccl/cub/index.html"),
+        (
+            "https://rocm.docs.amd.com/projects/hip/en/latest/",
+            "license.md",
+            "https://rocm.docs.amd.com/projects/hip/en/latest/license.html",
+        ),
+        ("https://docs.example.org/", "sheets/h100.pdf", "https://docs.example.org/sheets/h100.pdf"),
+    ],
+)
+def test_a_per_file_url_keeps_the_extension_on_a_source_browser_and_gets_html_on_a_docs_site(base, relative, url):
+    from knowledge.ingest import file_url
+
+    assert file_url(base, relative) == url
+
+
+def test_a_url_template_fills_path_and_stem_for_each_file(tmp_path, docs, monkeypatch):
+    monkeypatch.setenv("KSCOUT_VECTORS", "off")
+    template = "https://host/docs/{stem}.html?src={path}"
+    with Store.open(tmp_path / "home") as store:
+        ingest_paths(store, [docs / "sub"], IngestOptions(url_template=template))
+        ingest_paths(store, [docs / "layernorm.md"], IngestOptions(url_template="https://host/single/{path}"))
+        urls = {Path(d.source).name: d.source_url for d in store.documents()}
+    assert urls == {
+        "softmax.md": "https://host/docs/softmax.html?src=softmax.md",
+        "layernorm.md": "https://example.org/ln-notes",  # its own header names its page
+    }
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--url-template", "https://host/{name}"], "unknown placeholder {name} (known: {path}, {stem})"),
+        (["--url-template", "https://host/docs/"], "names no {path} or {stem}"),
+        (["--url-template", "https://host/{path}", "--source-url", "https://host/"], "not both"),
+    ],
+)
+def test_a_bad_url_template_is_refused_before_anything_is_read(tmp_path, docs, capsys, args, message):
+    home = tmp_path / "home"
+    code, _, err = run_cli(["ingest", str(docs), "--store", str(home), *args], capsys)
+    assert code == 2 and message in err
+    assert not home.exists() or not Store.open(home).documents()
+
+
+@needs_thirdparty
+def test_composable_kernel_docs_ingest_without_a_failure_and_name_the_licence_include(tmp_path, monkeypatch):
+    monkeypatch.setenv("KSCOUT_VECTORS", "off")
+    root = THIRDPARTY / "composable_kernel" / "docs"
+    with Store.open(tmp_path / "home") as store:
+        report = ingest_paths(store, [root])
+    by_name = {Path(f.path).name: f for f in report.files}
+    assert report.failed == ()
+    licence = by_name["license.rst"]
+    assert (licence.status, licence.reason) == (FileStatus.skipped, "no text of its own (include only)")
+    assert licence.notes == (
+        f"include ../LICENSE is outside the ingested tree ({THIRDPARTY / 'composable_kernel' / 'LICENSE'}): not read",
+    )
+
+
+@pytest.mark.slow  # about 30 s on 2 cores: 450 pages through docutils
+@needs_thirdparty
+def test_the_vendor_docs_ingest_with_zero_failed_and_includes_followed(tmp_path, monkeypatch):
+    monkeypatch.setenv("KSCOUT_VECTORS", "off")
+    base = "https://github.com/NVIDIA/cccl/blob/571f2fc3bc53cd710e306ad43d58995c1fe4219f/docs/"
+    with Store.open(tmp_path / "home") as store:
+        cccl = ingest_paths(store, [THIRDPARTY / "cccl" / "docs"], IngestOptions(source_url=base))
+        ck = ingest_paths(store, [THIRDPARTY / "composable_kernel" / "docs"])
+        assert cccl.failed == () and ck.failed == ()
+        reasons = {f.reason for f in cccl.files + ck.files if f.status is FileStatus.skipped}
+        assert "no text of its own (toctree only)" in reasons
+        fence = next(d for d in store.documents() if d.source.endswith("ptx/instructions/fence.rst"))
+        assert fence.source_url == base + "libcudacxx/ptx/instructions/fence.rst"
+        paths = {c.heading_path for c in store.chunks(fence.document_id)}
+        assert ("fence", "fence", "fence.sc.cta") in paths  # from generated/fence.rst, under its section
+        sources = {Path(d.source).name for d in store.documents()}
+        assert "fence_proxy_alias.rst" not in sources  # included, so indexed in fence.rst only
+        assert not any(d.source_url.endswith(".html") for d in store.documents() if d.source_url)

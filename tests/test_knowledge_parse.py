@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from knowledge.chunk import chunk_blocks
-from knowledge.errors import FrontMatterError, IngestError
+from knowledge.errors import FrontMatterError, IngestError, NoTextError
 from knowledge.frontmatter import split_front_matter
 from knowledge.parse import Block, parse_bytes
 from store.records import ChunkKind
@@ -214,16 +214,32 @@ def test_corrupt_pdf_is_an_ingest_error_naming_it(data):
         ("blank.txt", b"  \n\n\t\n", "empty file"),
         ("blob.txt", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "binary file"),
         ("latin.txt", "caf\xe9 cr\xe8me".encode("latin-1"), "not UTF-8"),
-        (
-            "only-header.md",
-            b"---\ntitle: x\nkind: hardware\nsources: [a]\n---\n# Just a title\n",
-            "no text to index after the header",
-        ),
     ],
 )
 def test_files_that_hold_no_indexable_text_are_refused_with_a_reason(name, data, reason):
-    with pytest.raises(IngestError, match=reason):
+    with pytest.raises(IngestError, match=reason) as caught:
         parse_bytes(Path(name), data)
+    assert not isinstance(caught.value, NoTextError)  # broken, not merely empty of prose: a failure
+
+
+@pytest.mark.parametrize(
+    "name, data, reason",
+    [
+        (
+            "only-header.md",
+            b"---\ntitle: x\nkind: hardware\nsources: [a]\n---\n# Just a title\n",
+            "header and headings",
+        ),
+        ("index.rst", b"Setup\n=====\n\n.. toctree::\n   :maxdepth: 1\n\n   setup/getting\n", "toctree"),
+        ("api.rst", b"API\n===\n\n.. automodule:: cuda.compute\n   :members:\n", "automodule"),
+        ("gather.md", b"# Gather\n\n```{toctree}\n:glob:\napi/group__gather*\n```\n", "toctree"),
+        ("license.md", b"# License\n\n```{include} ../LICENSE.md\n```\n", "include"),
+    ],
+)
+def test_a_page_with_no_text_of_its_own_says_what_it_holds(name, data, reason):
+    with pytest.raises(NoTextError) as caught:
+        parse_bytes(Path(name), data)
+    assert str(caught.value) == f"no text of its own ({reason} only)"
 
 
 def test_plain_text_becomes_paragraphs_without_headings():

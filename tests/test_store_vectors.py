@@ -179,6 +179,23 @@ def test_message_shape_replaces_numbers_hex_quoted_names_and_directories():
     assert message_shape("atol 1.5e-03   exceeded\n by 2.25") == "atol N exceeded by N"
 
 
+@pytest.mark.parametrize(
+    "message, shape",
+    [
+        ("expected bfloat16 but got float32 for 4096 rows", "expected bfloat16 but got float32 for N rows"),
+        ("torch.float8_e4m3fn is not supported here", "torch.float8_e4m3fn is not supported here"),
+        ("incompatible types i32 and fp16 in tensor<128x64xf32>", "incompatible types i32 and fp16 in tensor<NxNxf32>"),
+        ("bf16 tf32 uint8 int64 complex64 f16 e5m2 at 12", "bf16 tf32 uint8 int64 complex64 f16 e5m2 at N"),
+    ],
+)
+def test_message_shape_keeps_dtype_names_whole(message, shape):
+    assert message_shape(message) == shape
+
+
+def test_a_bf16_failure_and_an_fp32_failure_are_different_mistakes():
+    assert message_shape("atol exceeded in bfloat16") != message_shape("atol exceeded in float32")
+
+
 def test_record_failure_counts_one_pattern_for_messages_that_differ_only_in_details(store):
     first = store.record_failure(
         "layernorm",
