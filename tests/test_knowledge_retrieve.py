@@ -87,6 +87,16 @@ def home(hwdocs_store_template, tmp_path_factory) -> Path:
     return home
 
 
+@pytest.fixture
+def own_home(hwdocs_store_template, tmp_path_factory) -> Path:
+    """The module's store for one test that adds to it (the module's own is shared, in any order)."""
+    home = copy_of(hwdocs_store_template, tmp_path_factory, "retrieve-own")
+    with Store.open(home) as store:
+        for o in OUTCOMES:
+            store.add_outcome(o)
+    return home
+
+
 @pytest.fixture(scope="module")
 def store(home):
     with Store.open(home) as store:
@@ -256,8 +266,8 @@ def test_user_documents_for_unknown_devices_match_by_name(hwdocs_store_template,
         assert Path(result.documents[0].source).name == "mi355x.md"
 
 
-def test_failed_returns_failure_patterns_and_failed_or_slower_outcomes_first(home):
-    with Store.open(home) as store:
+def test_failed_returns_failure_patterns_and_failed_or_slower_outcomes_first(own_home):
+    with Store.open(own_home) as store:
         store.add_outcome(outcome("ln-mi300x-slow", "layernorm", "AMD Instinct MI300X", "gfx942", 0.92))
         for _ in range(2):
             store.record_failure(
@@ -273,9 +283,9 @@ def test_failed_returns_failure_patterns_and_failed_or_slower_outcomes_first(hom
     assert worked.failures == ()
 
 
-def test_worked_lists_only_speedups_whose_interval_excludes_one(home):
+def test_worked_lists_only_speedups_whose_interval_excludes_one(own_home):
     noisy = outcome("ln-h100-noisy", "layernorm", "NVIDIA H100 80GB HBM3", "sm_90", 1.02)  # [0.97, 1.07]
-    with Store.open(home) as store:
+    with Store.open(own_home) as store:
         store.add_outcome(noisy)
         result = ask(store, "what worked for layernorm on H100", k=5)
     assert [o.outcome_id for o in result.outcomes] == ["ln-h100"]
