@@ -70,3 +70,10 @@ def hwdocs_store_template(tmp_path_factory):
         assert store.documents() == []
         ask(store, "warm-up question about the H100")
     return home
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Say which shuffled order ran, also under -q (pytest-randomly's own header line is hidden there)."""
+    seed = getattr(config.option, "randomly_seed", None)
+    if seed is not None and config.pluginmanager.hasplugin("randomly"):
+        terminalreporter.write_line(f"test order: shuffled by pytest-randomly, replay with --randomly-seed={seed}")
