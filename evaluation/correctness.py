@@ -337,18 +337,73 @@ def _stress(kind: str, value: float, seed: int) -> protocol.Trial:
 
 def stress_trials(refs: References, case: ShapeCase, first_seed: int) -> list[protocol.Trial]:
     """Per stress kind, the largest magnitude on the ladder that PyTorch itself handles in the case
-    dtype (planned once per problem, case and device), as trials with seeds from `first_seed` on."""
+    dtype (planned once per problem, case and device), as trials with seeds from `first_seed` on.
+
+    Planning runs the reference in float64 and in the case dtype for every rung tried: about 10 s for
+    an LLM-sized problem on an H200, so a plan is also kept on disk (`_plan_file`) for the next
+    process. A plan is only a choice of magnitudes: a stress trial that PyTorch itself fails is
+    excused when it is judged (Judge.judge), so a stale plan cannot refuse a correct kernel."""
     key = (refs.info.problem_id, case.case_id, refs.device)
     with _PLAN_LOCK:
         plan = _STRESS_PLANS.get(key)
         if plan is None:
-            plan = []
-            for kind, ladder in STRESS_LADDERS.items():
-                value = next((v for v in ladder if refs.torch_handles(case, _stress(kind, v, PLAN_SEED))), None)
-                if value is not None:
-                    plan.append((kind, value))
+            path = _plan_file(refs, case)
+            plan = _read_plan(path)
+            if plan is None:
+                plan = []
+                for kind, ladder in STRESS_LADDERS.items():
+                    value = next((v for v in ladder if refs.torch_handles(case, _stress(kind, v, PLAN_SEED))), None)
+                    if value is not None:
+                        plan.append((kind, value))
+                _write_plan(path, plan)
             _STRESS_PLANS[key] = plan
     return [_stress(kind, value, first_seed + k) for k, (kind, value) in enumerate(plan)]
+
+
+def _plan_file(refs: References, case: ShapeCase) -> Path:
+    """Where a case's stress plan is kept: keyed by everything the plan depends on (the problem and
+    case, the device model, torch's version, the ladders and the planning seed)."""
+    import json
+
+    from evaluation.ceiling import cache_dir
+
+    device = torch.cuda.get_device_name() if refs.device == "cuda" else refs.device
+    key = json.dumps(
+        [PLAN_FORMAT, refs.info.problem_id, case.case_id, device, torch.__version__, STRESS_LADDERS, PLAN_SEED]
+    )
+    return cache_dir() / "stress-plans" / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
+
+
+PLAN_FORMAT = 1
+
+
+def _read_plan(path: Path) -> list[tuple[str, float]] | None:
+    import json
+
+    try:
+        data = json.loads(path.read_text())
+        plan = [(str(kind), float(value)) for kind, value in data["plan"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if any(kind not in STRESS_LADDERS or value not in STRESS_LADDERS[kind] for kind, value in plan):
+        return None  # not a rung of today's ladders: planned again
+    return plan
+
+
+def _write_plan(path: Path, plan: list[tuple[str, float]]) -> None:
+    """Written whole or not at all (a temporary file renamed), so a concurrent reader never sees half."""
+    import json
+    import os
+    import tempfile
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump({"plan": plan}, f)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only cache costs the next process the planning, nothing else
 
 
 # The CPU's time policy. The Triton interpreter works through about a million elements a second on

@@ -86,3 +86,33 @@ def test_the_magnified_kind_restates_only_inputs_that_are_never_negative():
     plain = make_inputs(M, "float32", 3, 0, "cpu", scale=1.0, shift=0.0, stress=True, kind="magnified")
     big = make_inputs(M, "float32", 3, 0, "cpu", scale=1e3, shift=0.0, stress=True, kind="magnified")
     assert torch.equal(big[0], plain[0] * 1e3) and torch.equal(big[1], plain[1])
+
+
+def test_a_stress_plan_is_kept_on_disk_for_the_next_process_and_a_bad_file_is_planned_again(
+    tmp_path, monkeypatch, kscout_home
+):
+    from evaluation import correctness
+
+    path = tmp_path / "ce_rand.py"
+    path.write_text(PROBLEM.replace("DRAW", "rand"))
+    info = load_problem(str(path), "cpu")
+    case = info.shape_cases[0]
+    monkeypatch.setattr(correctness, "_STRESS_PLANS", {})
+    planned = [t.label for t in stress_trials(References(info, "cpu", 1), case, 100)]
+    plan_file = correctness._plan_file(References(info, "cpu", 1), case)
+    assert plan_file.is_file() and plan_file.is_relative_to(kscout_home)
+
+    def no_planning(*_):
+        raise AssertionError("planned again although the plan was on disk")
+
+    monkeypatch.setattr(correctness, "_STRESS_PLANS", {})  # a new process: only the disk remembers
+    monkeypatch.setattr(References, "torch_handles", no_planning)
+    assert [t.label for t in stress_trials(References(info, "cpu", 1), case, 100)] == planned
+
+    for bad in ('{"plan": [["magnified", 12345.0]]}', "not json"):  # off today's ladder, unreadable
+        plan_file.write_text(bad)
+        monkeypatch.setattr(correctness, "_STRESS_PLANS", {})
+        calls = []
+        monkeypatch.setattr(References, "torch_handles", lambda self, c, t: calls.append(t) or True)
+        stress_trials(References(info, "cpu", 1), case, 100)
+        assert calls, bad  # planned again
