@@ -180,12 +180,28 @@ def _stopped(stop: protocol.Stop) -> dict[str, Any]:
 
 
 def output_transport() -> str:
-    """How workers send judged outputs: `pipe` (MAC'd frames, the default) or `file` (files of the
-    worker's own out/ folder named by MAC'd frames; $KSCOUT_OUTPUT_TRANSPORT; protocol.py)."""
-    value = os.environ.get("KSCOUT_OUTPUT_TRANSPORT", "pipe").strip().lower()
-    if value not in ("pipe", "file"):
-        raise ValueError(f"KSCOUT_OUTPUT_TRANSPORT must be pipe or file (got {value!r})")
+    """How workers send judged outputs ($KSCOUT_OUTPUT_TRANSPORT): `shared` (slots of memory shared
+    with the parent, on the GPU where the outputs are: shared.py), `pipe` (MAC'd frames) or `file`
+    (files of the worker's own out/ folder named by MAC'd frames; protocol.py). `auto`, the default, is
+    `shared` where the platform passes descriptors over Unix sockets, else `pipe`."""
+    from evaluation import shared
+
+    value = os.environ.get("KSCOUT_OUTPUT_TRANSPORT", "auto").strip().lower()
+    if value not in ("auto", "shared", "pipe", "file"):
+        raise ValueError(f"KSCOUT_OUTPUT_TRANSPORT must be auto, shared, pipe or file (got {value!r})")
+    if value in ("auto", "shared"):
+        return "shared" if shared.available() else "pipe"
     return value
+
+
+def _with_transport(request: protocol.WorkerRequest, dev: str) -> protocol.WorkerRequest:
+    """The request with this process's output transport (a worker falls back to the pipe, output by
+    output, where a shared slot cannot be made)."""
+    transport = output_transport()
+    memory = "cuda" if dev == "cuda" else "host"
+    if (request.transport, request.share_memory) == (transport, memory):
+        return request
+    return request.model_copy(update=dict(transport=transport, share_memory=memory))
 
 
 def _take_warm(device: str, isolation: str) -> WorkerProcess | None:
@@ -234,7 +250,7 @@ class _Pipelined:
             t0 = time.perf_counter()
             try:
                 message, blob = item
-                if isinstance(message, protocol.Outputs) and (message.files or message.nbytes):
+                if isinstance(message, protocol.Outputs) and (message.files or message.nbytes) and not message.slot:
                     if self.files is None:
                         raise protocol.ProtocolError("output files on a pipe transport")
                     blob = protocol.read_output_files(self.files, message.files, message.nbytes)
@@ -291,9 +307,7 @@ def _run(
     try:
         key = protocol.new_key()
         t0 = time.time()
-        request = request_for(scratch, key)
-        if transport != request.transport:
-            request = request.model_copy(update=dict(transport=transport))
+        request = _with_transport(request_for(scratch, key), device)
         heard["inputs_s"] = time.time() - t0
         if plant and isolation == "bwrap":
             from evaluation.context import plant_kernels
@@ -960,6 +974,7 @@ class _Remeasure:
         )
         base_req = _baseline_request(info, dev, seed, refs, list(baselines), "remeasure")(self.base_scratch, bk)
         base_req = base_req.model_copy(update=dict(samples_per_round=per_round))
+        cand_req = _with_transport(cand_req, dev)
         if kernels and isolation == "bwrap":
             from evaluation.context import plant_kernels
 

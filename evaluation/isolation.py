@@ -40,7 +40,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Literal, Optional
+from typing import Any, Callable, Literal, Optional
 
 import evaluation
 from evaluation import protocol
@@ -534,6 +534,8 @@ class WorkerProcess:
         self.eof = False
         self.forged: str | None = None
         self._queue: list[tuple[protocol.Message, bytes]] = []
+        self._share: Any = None  # the parent's end of the shared transport's socket (shared.py)
+        self.inbox: Any = None  # its shared.Receiver, made when the request says the transport
         self._start = 0.0
         self.spawned_at = 0.0  # time.time() at spawn, and when the request went out
         self.request_at = 0.0
@@ -548,6 +550,10 @@ class WorkerProcess:
         self.reader = protocol.FrameReader(self.key)
         if self.proc is None:
             self.spawn()
+        if request.transport == "shared" and self._share is not None:
+            from evaluation.shared import Receiver
+
+            self.inbox = Receiver(self._share, request.share_memory)
         elif self.isolation == "bwrap":  # the inputs were written after the spawn: let its uid read them
             _prepare_for_uid(self.scratch, self._uid)
         self._start = time.monotonic()
@@ -564,6 +570,11 @@ class WorkerProcess:
         req_r, req_w = os.pipe()
         res_r, res_w = os.pipe()
         widen_pipe(res_r)
+        from evaluation import shared
+
+        share_child = None
+        if shared.available():
+            self._share, share_child = shared.socket_pair()
         limits = self.limits
         if self.isolation != "bwrap":  # RLIMIT_NPROC counts every process of the user outside a sandbox
             limits = limits.model_copy(update={"nproc": None})
@@ -579,6 +590,8 @@ class WorkerProcess:
             "--limits",
             limits.model_dump_json(),
         ]
+        if share_child is not None:
+            argv += ["--share-fd", str(share_child.fileno())]
         if self.warm:
             argv += ["--warm", self.device]
         env = worker_env(self.device)
@@ -607,11 +620,13 @@ class WorkerProcess:
                     stdout=err,
                     stderr=err,
                     start_new_session=True,
-                    pass_fds=(req_r, res_w),
+                    pass_fds=(req_r, res_w) + ((share_child.fileno(),) if share_child is not None else ()),
                 )
         finally:
             os.close(req_r)
             os.close(res_w)
+            if share_child is not None:
+                share_child.close()
         self._out = res_r
         self._in = req_w
 
@@ -646,7 +661,26 @@ class WorkerProcess:
                 self.eof = True
                 break
             self._queue.extend(self.reader.frames())
-        return self._queue.pop(0) if self._queue else None
+        if not self._queue:
+            return None
+        message, blob = self._queue.pop(0)
+        if isinstance(message, protocol.Outputs) and message.slot:
+            try:
+                blob = self._shared_blob(message, blob)
+            except protocol.ProtocolError as exc:
+                self.forged = str(exc)
+                self._queue.clear()
+                return None
+        return message, blob
+
+    def _shared_blob(self, message: protocol.Outputs, head: bytes) -> Any:
+        """An outputs frame whose data lies in a shared slot: the data copied out (shared.py)."""
+        from evaluation.shared import Blob
+
+        if self.inbox is None:
+            raise protocol.ProtocolError("an outputs frame names a shared slot, but the transport is not shared")
+        data = self.inbox.take(message.slot, message.token, message.sequence, message.nbytes)
+        return Blob(head=bytes(head), data=data)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -662,6 +696,10 @@ class WorkerProcess:
                 os.close(fd)
             except OSError:
                 pass
+        if self.inbox is not None:
+            self.inbox.close()
+        elif self._share is not None:
+            self._share.close()
         code = None if (timed_out or stopped) else proc.returncode
         if code is not None and self.isolation == "bwrap" and 128 < code < 128 + 65:
             code = 128 - code  # bwrap exits 128+N when its child died by signal N

@@ -32,6 +32,13 @@ are not MAC'd, so changing them between the write and the read takes writing a f
 same forbidden code (file access, introspection) as reaching the key does. The worker keeps at most
 `file_budget_bytes` of files waiting for the parent.
 
+SHARED SLOTS (`transport="shared"`, the default where descriptors pass over Unix sockets): the MAC'd
+`Outputs` frame carries only the blob's head (format and table) and names a slot of memory the worker
+shares with the parent (a CUDA VMM allocation on a GPU, a memfd on the host), with the slot's token
+and the output's number; the tensor bytes lie in the slot at their table offsets. The parent copies
+them out on the device before it acknowledges (evaluation/shared.py says how slots are bound to
+the frames). A worker that cannot make a slot sends that output by pipe.
+
 Outputs blob: b"KSO1" | u64 table length | table (JSON: kind, types, per item a tensor's dtype,
 shape, offset and size, or a scalar) | each tensor's bytes, 64-byte aligned. Nothing is unpickled:
 the parent maps the tensors onto the bytes it read (`unpackage`), after checking every entry against
@@ -139,7 +146,9 @@ class WorkerRequest(Wire):
     samples_per_round: int = 30
     allowed_torch_ops: list[str] = []  # the problem's ALLOWED_TORCH_OPS (aten names), for the watch
     launch_cases: list[LaunchCase] = []  # correctness on the CPU: full-size launches to check (emulation)
-    transport: Literal["pipe", "file"] = "pipe"  # how judged outputs reach the parent (see OUTPUT FILES)
+    # how judged outputs reach the parent (OUTPUT FILES below, shared.py)
+    transport: Literal["pipe", "file", "shared"] = "pipe"
+    share_memory: Literal["host", "cuda"] = "host"  # shared transport: where the slots live
     file_budget_bytes: int = 1 << 30  # file transport: output bytes written and not yet taken by the parent
 
 
@@ -167,7 +176,10 @@ class Outputs(Wire):
     trial: int = 0  # trial number (phase "trial") or input set number (first/last)
     strides: list[Optional[list[int]]] = []  # per output item, as returned (before any copy)
     files: list[str] = []  # file transport: the blob is these files of the worker's outputs folder, in order
-    nbytes: int = 0  # ... and their total size
+    nbytes: int = 0  # ... and their total size (shared transport: the data's size in the slot)
+    slot: int = 0  # shared transport: the slot holding the data (0: none), its token and this output's number
+    token: str = ""
+    sequence: int = 0
 
 
 class KernelFact(Wire):
@@ -545,12 +557,9 @@ def _to_host(t: Any) -> Any:
     return host
 
 
-def package_parts(value: Any) -> tuple[list[Any], list[Optional[list[int]]]]:
-    """`package(value)` as buffers to stream, and each tensor's strides as the candidate returned it.
-
-    The blob is a table of contents (JSON) and then each tensor's bytes as they lie in memory, 64-byte
-    aligned: the parent maps them with torch.frombuffer, so a 500 MB output is read from the pipe into
-    its final place and never unpickled or copied again."""
+def _layout(value: Any, to_host: bool) -> tuple[bytes, list[tuple[int, Any]], int, list[Optional[list[int]]]]:
+    """The blob's head (format, table), each tensor's data offset and contiguous tensor (copied to host
+    memory when `to_host`), the data's total size with padding, and each item's strides as returned."""
     import torch
 
     items = value if type(value) in (tuple, list) else [value]
@@ -559,21 +568,23 @@ def package_parts(value: Any) -> tuple[list[Any], list[Optional[list[int]]]]:
         "tensor" if isinstance(value, torch.Tensor) else "sequence" if type(value) in (tuple, list) else "other"
     )
     entries: list[Optional[Union[_RawTensor, _RawScalar]]] = []
-    raws: list[Any] = []
+    tensors: list[tuple[int, Any]] = []
     offset = 0  # within the tensor data, which starts after the padded table
     for v in items:
         if type(v) is torch.Tensor:
-            host = v.detach()
-            if host.layout != torch.strided:
-                host = host.to_dense()
-            host = _to_host(host.resolve_conj().resolve_neg().contiguous())
-            name = str(host.dtype).removeprefix("torch.")
+            t = v.detach()
+            if t.layout != torch.strided:
+                t = t.to_dense()
+            t = t.resolve_conj().resolve_neg().contiguous()
+            if to_host:
+                t = _to_host(t)
+            name = str(t.dtype).removeprefix("torch.")
             if name not in _RAW_DTYPES:
-                host, name = host.to(torch.float64), "float64"  # quantized or complex32: judged by its values
-            raw: Any = host.reshape(-1).view(torch.uint8).numpy() if host.numel() else b""
-            nbytes = memoryview(raw).nbytes
-            entries.append(_RawTensor(dtype=name, shape=list(host.shape), offset=offset, nbytes=nbytes))
-            raws.extend([raw, bytes(_pad(nbytes))])
+                t, name = t.to(torch.float64), "float64"  # quantized or complex32: judged by its values
+            nbytes = t.numel() * t.element_size()
+            entries.append(_RawTensor(dtype=name, shape=list(t.shape), offset=offset, nbytes=nbytes))
+            if nbytes:
+                tensors.append((offset, t))
             offset += nbytes + _pad(nbytes)
         elif type(v) in (bool, int, float):
             entries.append(_RawScalar(value=v))
@@ -582,7 +593,32 @@ def package_parts(value: Any) -> tuple[list[Any], list[Optional[list[int]]]]:
     table = _OutputsTable(kind=kind, types=[type(v).__name__ for v in items], items=entries).model_dump_json().encode()
     head = OUTPUTS_FORMAT + struct.pack("<Q", len(table)) + table
     head += bytes(_pad(len(head)))
-    return [head, *[r for r in raws if memoryview(r).nbytes]], strides
+    return head, tensors, offset, strides
+
+
+def package_parts(value: Any) -> tuple[list[Any], list[Optional[list[int]]]]:
+    """`package(value)` as buffers to stream, and each tensor's strides as the candidate returned it.
+
+    The blob is a table of contents (JSON) and then each tensor's bytes as they lie in memory, 64-byte
+    aligned: the parent maps them with torch.frombuffer, so a 500 MB output is read from the pipe into
+    its final place and never unpickled or copied again."""
+    import torch
+
+    head, tensors, _total, strides = _layout(value, to_host=True)
+    parts: list[Any] = [head]
+    for _offset, t in tensors:
+        raw = t.reshape(-1).view(torch.uint8).numpy()
+        nbytes = memoryview(raw).nbytes
+        parts.append(raw)
+        if _pad(nbytes):
+            parts.append(bytes(_pad(nbytes)))
+    return parts, strides
+
+
+def package_split(value: Any) -> tuple[bytes, list[tuple[int, Any]], int, list[Optional[list[int]]]]:
+    """`package(value)` for the shared transport (shared.py): the head goes in the MAC'd frame, the
+    tensors stay where they are (on the device) to be copied into a slot at their data offsets."""
+    return _layout(value, to_host=False)
 
 
 def package_bytes(value: Any) -> tuple[bytes, list[Optional[list[int]]]]:
@@ -593,10 +629,13 @@ def package_bytes(value: Any) -> tuple[bytes, list[Optional[list[int]]]]:
 
 def unpackage(blob: Any) -> dict[str, Any]:
     """The parent's half: the same dict `package` gives, its tensors viewing `blob` (no copy, no
-    pickle). A table that does not describe the bytes after it is a ValueError."""
+    pickle). `blob` is the whole blob (pipe, files), or a `shared.Blob`: the MAC'd head and the data
+    copied out of a shared slot (a torch uint8 tensor on the device, or a host buffer). A table that
+    does not describe the bytes after it is a ValueError."""
     import torch
 
-    view = memoryview(blob).cast("B")
+    head, data = (blob.head, blob.data) if hasattr(blob, "head") and hasattr(blob, "data") else (blob, None)
+    view = memoryview(head).cast("B")
     if bytes(view[:4]) != OUTPUTS_FORMAT or len(view) < 12:
         raise ValueError("not an outputs blob")
     (n,) = struct.unpack_from("<Q", view, 4)
@@ -604,6 +643,14 @@ def unpackage(blob: Any) -> dict[str, Any]:
         raise ValueError("outputs table runs past the blob")
     table = _OutputsTable.model_validate_json(bytes(view[12 : 12 + n]))
     data_start = 12 + n + _pad(12 + n)
+    if data is not None:
+        if len(view) != data_start:
+            raise ValueError("a shared outputs head with bytes after its table")
+        device_data = isinstance(data, torch.Tensor)
+        data_len = data.numel() if device_data else memoryview(data).nbytes
+        data_start = 0
+    else:
+        device_data, data_len = False, len(view)
     items: list[Any] = []
     for e in table.items:
         if e is None:
@@ -621,14 +668,18 @@ def unpackage(blob: Any) -> dict[str, Any]:
                 numel *= d
             itemsize = torch.empty((), dtype=dtype).element_size()
             start = data_start + e.offset
-            if numel * itemsize != e.nbytes or e.offset % _ALIGN or start + e.nbytes > len(view):
+            if numel * itemsize != e.nbytes or e.offset % _ALIGN or start + e.nbytes > data_len:
                 raise ValueError("an output's bytes do not match its table entry")
             if numel == 0:
                 items.append(torch.empty(e.shape, dtype=dtype))
+            elif device_data:
+                assert data is not None
+                items.append(data[start : start + e.nbytes].view(dtype).reshape(e.shape))
             else:
+                source = view if data is None else memoryview(data).cast("B")
                 with warnings.catch_warnings():  # a read-only bytes blob (tests): the tensors are never written
                     warnings.simplefilter("ignore")
-                    items.append(torch.frombuffer(view, dtype=dtype, count=numel, offset=start).reshape(e.shape))
+                    items.append(torch.frombuffer(source, dtype=dtype, count=numel, offset=start).reshape(e.shape))
     return {"kind": table.kind, "items": items, "types": table.types}
 
 

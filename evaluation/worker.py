@@ -167,6 +167,7 @@ class Clock:
 CLOCK = Clock()
 OUT_DIR = Path(".")  # the worker's out/ folder (its working directory at start), set by main()
 FILE_CHUNK = [64 << 20]  # bytes per output file: under the file-size limit, set by main()
+SHARE_FD = [-1]  # the shared transport's socket (shared.py), set by main(); -1: none
 
 
 def warm_up(device: str) -> None:
@@ -248,6 +249,7 @@ class Worker:
         self.snapshot = None
         self.bench = None
         self.seen: dict[str, dict[str, Any]] = {}  # candidate -> hybrid ops, epilogue ops, profiled kernels
+        self.sender: Any = None  # the shared transport's slot (shared.Sender), made on the first output
 
     # -- shared pieces --------------------------------------------------------------------------
     def problem(self, case: protocol.CaseSpec):
@@ -264,9 +266,12 @@ class Worker:
         return trial_inputs(pm, case.dtype, trial, self.device)
 
     def send_outputs(self, out: Any, case: protocol.CaseSpec, phase: str, trial: int = 0, candidate: str = "") -> None:
+        header = protocol.Outputs(index=case.index, candidate=candidate, phase=phase, trial=trial)
+        if self.req.transport == "shared" and self._send_shared(out, header):
+            return
         with CLOCK.timed("to_host"):
             parts, strides = protocol.package_parts(out)
-        header = protocol.Outputs(index=case.index, candidate=candidate, phase=phase, trial=trial, strides=strides)
+        header = header.model_copy(update=dict(strides=strides))
         with CLOCK.timed("transport"):  # MAC'd writes, and waiting for the parent to read them
             if self.req.transport == "file":
                 names, total = protocol.write_output_files(
@@ -275,6 +280,28 @@ class Worker:
                 self.ch.send(header.model_copy(update=dict(files=names, nbytes=total)))
             else:
                 self.ch.send(header, parts)
+
+    def _send_shared(self, out: Any, header: protocol.Outputs) -> bool:
+        """The outputs through this worker's shared slot (shared.py); False: send them by pipe instead
+        (no socket, a slot that could not be made, an output over the file-size limit on the host)."""
+        from evaluation import shared
+
+        if self.sender is None:
+            if SHARE_FD[0] < 0:
+                return False
+            self.sender = shared.Sender(SHARE_FD[0], self.req.share_memory)
+        with CLOCK.timed("transport"):
+            head, tensors, total, strides = protocol.package_split(out)
+            on_device = any(t.device.type == "cuda" for _, t in tensors)
+            if on_device != (self.req.share_memory == "cuda"):
+                return False  # an output on the other side of the bus: the pipe's packaging copies it
+            try:
+                slot, token, sequence = self.sender.put(tensors, total)
+            except shared.SharedError:
+                return False
+            update = dict(strides=strides, slot=slot, token=token, sequence=sequence, nbytes=total)
+            self.ch.send(header.model_copy(update=update), [head])
+        return True
 
     def make_bench(self):
         from evaluation.timing import Bench, HostBench
@@ -783,6 +810,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--in-dir", required=True)
     parser.add_argument("--limits", required=True)
     parser.add_argument("--uid", type=int)
+    parser.add_argument("--share-fd", type=int, default=-1, help="the shared transport's socket (shared.py)")
     parser.add_argument("--warm", choices=("cpu", "cuda"), help="warm up for this device before the request")
     args = parser.parse_args(argv)
     if args.uid is not None:
@@ -794,6 +822,7 @@ def main(argv: list[str] | None = None) -> None:
     if limits.file_size_bytes:
         FILE_CHUNK[0] = max(1 << 16, min(FILE_CHUNK[0], limits.file_size_bytes // 2))
     os.umask(0o077)
+    SHARE_FD[0] = args.share_fd
     channel = protocol.WorkerChannel(args.in_fd, args.out_fd)
     CLOCK.stamp("main")
     if args.warm:

@@ -289,7 +289,7 @@ def test_outputs_through_files_give_the_verdict_the_pipe_gives(monkeypatch):
     assert by_file.status is Status.passed, by_file.message
     assert _facts(by_file) == _facts(by_pipe)
     monkeypatch.setenv("KSCOUT_OUTPUT_TRANSPORT", "carrier pigeon")
-    with pytest.raises(ValueError, match="KSCOUT_OUTPUT_TRANSPORT must be pipe or file"):
+    with pytest.raises(ValueError, match="KSCOUT_OUTPUT_TRANSPORT must be auto, shared, pipe or file"):
         evaluate(SEED, "layernorm", device="cpu", trials=1, seed=42, overrides=SMALL)
 
 

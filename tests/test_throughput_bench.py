@@ -76,10 +76,11 @@ def test_siblings_are_distinct_candidates_of_the_same_kernels():
 @pytest.mark.slow
 def test_the_bench_runs_both_configurations_on_a_cpu_and_writes_its_rows(tmp_path, capsys):
     out = tmp_path / "tp.json"
-    assert throughput.main(["--device", "cpu", "--n", "1", "--batch", "1", "--trials", "1", "--json", str(out)]) == 0
+    args = ["--device", "cpu", "--n", "1", "--batch", "1", "--trials", "1", "--configs", "cold,warm,files,shared"]
+    assert throughput.main([*args, "--json", str(out)]) == 0
     data = json.loads(out.read_text())
     results = {r["config"]: r for r in data["results"]}
-    assert set(results) == {"cold", "warm", "files"}
+    assert set(results) == {"cold", "warm", "files", "shared"}
     assert all(r["evaluations"] == r["passed"] == 1 for r in results.values()), results
     assert results["warm"]["warm_processes"] == results["warm"]["processes"] == 1
     assert results["cold"]["warm_processes"] == 0

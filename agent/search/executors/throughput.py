@@ -5,9 +5,11 @@ siblings checked in parallel, then timed together against the baselines), once p
 
 - `cold`: every process started for its phase and every search-level cache off (what a search paid
   before warm workers and search contexts: a new seed, new references and new baselines per batch);
-- `warm`: warm workers from the pool and one search context (evaluation/pool.py, context.py);
-- `files`: as `warm`, with judged outputs sent as files instead of MAC'd pipe frames
-  (`KSCOUT_OUTPUT_TRANSPORT=file`, protocol.py).
+- `warm`: warm workers from the pool and one search context (evaluation/pool.py, context.py), judged
+  outputs through the pipe as MAC'd frames (`KSCOUT_OUTPUT_TRANSPORT=pipe`, protocol.py);
+- `files`: as `warm`, with judged outputs sent as files (`KSCOUT_OUTPUT_TRANSPORT=file`);
+- `shared`: as `warm`, with judged outputs copied into memory shared with the parent, on the GPU
+  where they lie (`KSCOUT_OUTPUT_TRANSPORT=shared`, evaluation/shared.py: the default).
 
 The siblings are the problem's seed kernel, each made distinct by a comment (same kernels, different
 candidates: every one is checked, timed and judged in full). For each configuration it prints the wall
@@ -136,7 +138,7 @@ def run_config(
     pool.close_all()
     # cold: no warm worker; warm: a batch's checks and its timing worth (also on a CPU, for the test)
     os.environ["KSCOUT_WARM_WORKERS"] = "0" if name == "cold" else str(batch + 1)
-    os.environ["KSCOUT_OUTPUT_TRANSPORT"] = "file" if name == "files" else "pipe"
+    os.environ["KSCOUT_OUTPUT_TRANSPORT"] = {"files": "file", "shared": "shared"}.get(name, "pipe")
     evaluator = evaluation if name == "cold" else None  # an explicit evaluator: no search context
     ex = LocalExecutor(device, workers=batch, trials=trials, sandbox=sandbox, evaluator=evaluator)
     statuses: list[str] = []
@@ -275,7 +277,7 @@ def render(results: list[dict[str, Any]], floor_row: Optional[dict[str, Any]], c
             f"{floor_row['per_gpu_hour']:.0f} per GPU-hour"
         )
     by = {r["config"]: r for r in results}
-    for name in ("warm", "files"):
+    for name in ("warm", "files", "shared"):
         if "cold" in by and name in by and by[name]["per_eval_s"]:
             console.print(f"{name} / cold rate: {by['cold']['per_eval_s'] / by[name]['per_eval_s']:.2f}x")
 
@@ -290,7 +292,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     parser.add_argument("--n", type=int, default=16, help="evaluations per configuration")
     parser.add_argument("--batch", type=int, default=8, help="siblings per batch (and parallel checks)")
-    parser.add_argument("--configs", default="cold,warm,files", help="comma-separated: cold, warm, files")
+    parser.add_argument("--configs", default="cold,warm,shared", help="comma-separated: cold, warm, files, shared")
     parser.add_argument("--trials", type=int, default=2, help="random trials per case (a search's default: 2)")
     parser.add_argument("--sandbox", choices=("auto", "required", "off"))
     parser.add_argument("--no-floor", action="store_true")
@@ -299,8 +301,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.n < 1 or args.batch < 1 or args.trials < 1:
         parser.error("--n, --batch and --trials must be at least 1")
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
-    if not configs or set(configs) - {"cold", "warm", "files"}:
-        parser.error("--configs takes cold, warm and/or files")
+    if not configs or set(configs) - {"cold", "warm", "files", "shared"}:
+        parser.error("--configs takes cold, warm, files and/or shared")
     import evaluation
 
     device = evaluation.resolve_device(args.device)
