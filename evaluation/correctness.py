@@ -39,6 +39,9 @@ JUDGE_SLOTS = threading.BoundedSemaphore(2)
 # A judgement whose float64 output a search already keeps draws no inputs and runs no reference: only
 # the chunked comparison's temporaries (about 1 GiB), so more of them run at once.
 KEPT_JUDGE_SLOTS = threading.BoundedSemaphore(6)
+REFERENCE_WAIT_S = 600.0  # at most this long for another thread's reference (then computed here)
+_DONE = threading.Event()  # claim(): the reference is kept already
+_DONE.set()
 _OOM_RETRIES, _OOM_BACKOFF_S = 4, 0.5  # waits 0.5 + 1 + 2 + 4 s for the workers' peaks to pass
 
 N_INPUT_SETS = 4  # input sets rotated between timed calls
@@ -80,6 +83,7 @@ class References:
         self._kept: dict[tuple, Any] = {}  # (case, dtype, trial) -> the float64 output
         self._kept_bytes = 0
         self._kept_lock = threading.Lock()
+        self._computing: dict[tuple, threading.Event] = {}  # references a judging thread is computing now
         self.reused = 0  # judgements answered from a kept reference output
 
     def kept(self, case: ShapeCase, trial: protocol.Trial) -> Any | None:
@@ -91,6 +95,28 @@ class References:
             if found is not None:
                 self.reused += 1
             return found
+
+    def claim(self, case: ShapeCase, trial: protocol.Trial) -> threading.Event | None:
+        """Single flight for a kept reference: None when the caller is to compute it (and must call
+        `release`), or the event another judging thread sets once it has kept the same one. Without
+        this, a batch's first judgements of a trial all computed it at once, in two slots."""
+        if not self.keep_bytes:
+            return None
+        k = (self.key(case.params), case.dtype, trial.model_dump_json())
+        with self._kept_lock:
+            if k in self._kept:
+                return _DONE
+            event = self._computing.get(k)
+            if event is None:
+                self._computing[k] = threading.Event()
+            return event
+
+    def release(self, case: ShapeCase, trial: protocol.Trial) -> None:
+        k = (self.key(case.params), case.dtype, trial.model_dump_json())
+        with self._kept_lock:
+            event = self._computing.pop(k, None)
+        if event is not None:
+            event.set()
 
     def keep(self, case: ShapeCase, trial: protocol.Trial, expected: Any) -> None:
         if not self.keep_bytes:
@@ -232,24 +258,36 @@ class Judge:
                 update=dict(atol=tol.atol * STRESS_TOLERANCE_FACTOR, rtol=tol.rtol * STRESS_TOLERANCE_FACTOR)
             )
         kept = self.refs.kept(case, trial)
-        with KEPT_JUDGE_SLOTS if kept is not None else JUDGE_SLOTS:  # drawing the inputs takes device memory too
-            verdict = self._compare(case, trial, payload, strides, tol, kept)
-            if (
-                not verdict.passed
-                and trial.stress
-                and verdict.kind != "LayoutMismatch"
-                and not self.refs.torch_handles(case, trial)
-            ):
-                # PyTorch fails these very inputs too (planned on other draws): not the kernel's fault
-                verdict = Comparison(
-                    True,
-                    max_abs_error=verdict.max_abs_error,
-                    max_rel_error=verdict.max_rel_error,
-                    numel=verdict.numel,
-                    output_shape=verdict.output_shape,
-                    output_dtype=verdict.output_dtype,
-                )
-            return verdict
+        owner = False
+        if kept is None:
+            pending = self.refs.claim(case, trial)
+            if pending is None:
+                owner = bool(self.refs.keep_bytes)
+            else:  # another thread computes this very reference: wait for it rather than compute it too
+                pending.wait(REFERENCE_WAIT_S)
+                kept = self.refs.kept(case, trial)  # None if the budget was full: computed here after all
+        try:
+            with KEPT_JUDGE_SLOTS if kept is not None else JUDGE_SLOTS:  # drawing inputs takes device memory too
+                verdict = self._compare(case, trial, payload, strides, tol, kept)
+                if (
+                    not verdict.passed
+                    and trial.stress
+                    and verdict.kind != "LayoutMismatch"
+                    and not self.refs.torch_handles(case, trial)
+                ):
+                    # PyTorch fails these very inputs too (planned on other draws): not the kernel's fault
+                    verdict = Comparison(
+                        True,
+                        max_abs_error=verdict.max_abs_error,
+                        max_rel_error=verdict.max_rel_error,
+                        numel=verdict.numel,
+                        output_shape=verdict.output_shape,
+                        output_dtype=verdict.output_dtype,
+                    )
+                return verdict
+        finally:
+            if owner:  # kept by now (or the budget is full): whoever waits for it goes on
+                self.refs.release(case, trial)
 
     def _compare(
         self, case: ShapeCase, trial: protocol.Trial, outputs: Any, strides: list, tol, expected: Any = None
@@ -436,6 +474,32 @@ def input_elements(refs: References, case: ShapeCase) -> int:
     return max(1, sum(x.numel() for x in inputs if isinstance(x, torch.Tensor)))
 
 
+def input_numel(refs: References, case: ShapeCase) -> int | None:
+    """How many elements a case's inputs hold, from `get_inputs()` run on the meta device (no memory,
+    no data); None when the problem's inputs cannot be made there (an explicit device, say)."""
+    try:
+        with RNG_LOCK, torch.device("meta"):
+            raw = refs.module(case.params).get_inputs()
+        return sum(x.numel() for x in raw if isinstance(x, torch.Tensor))
+    except Exception:
+        return None
+
+
+def cheap_first(refs: References, cases: list[tuple[int, ShapeCase]]) -> list[tuple[int, ShapeCase]]:
+    """The cases in the order a check runs them: smallest inputs first (the screen: a wrong kernel
+    usually shows on a small or edge case, in milliseconds), declared order among equals and for
+    cases whose size cannot be told."""
+    sizes = {index: input_numel(refs, case) for index, case in cases}
+    if any(n is None for n in sizes.values()):
+        return list(cases)
+    return sorted(cases, key=lambda ic: (sizes[ic[0]], ic[0]))
+
+
+# After a case has failed, a check still runs the cases up to this many input elements (they cost
+# milliseconds and tell which shapes fail), and stops before the first larger one: the verdict is in.
+SCREEN_ELEMENTS = 1 << 22
+
+
 def trial_plan(refs: References, case: ShapeCase, seed: int, trials: int) -> list[protocol.Trial]:
     """The judged eager calls of a case: `trials` random ones, then the stress ones."""
     return regular_trials(seed, trials) + stress_trials(refs, case, seed + trials)
@@ -511,6 +575,9 @@ class CorrectnessRun:
         self.stop: protocol.Stop | None = None
         self.accounting: protocol.Accounting | None = None
         self.done = False
+        self.order: list[int] = []  # case indices in the order the worker runs them (request)
+        self.sizes: dict[int, int | None] = {}
+        self.screened: list[int] = []  # cases not run: the check stopped after a failure (SCREEN_ELEMENTS)
 
     def plan(self, index: int, case: ShapeCase) -> list[protocol.Trial]:
         seed, trials = self.refs.init_seed, len(self.seeds)
@@ -525,7 +592,9 @@ class CorrectnessRun:
         return regular_trials(seed, n) + stress_trials(self.refs, case, seed + trials)
 
     def request(self, scratch, key: bytes) -> protocol.WorkerRequest:
-        cases = list(enumerate(self.info.shape_cases))
+        cases = cheap_first(self.refs, list(enumerate(self.info.shape_cases)))
+        self.order = [index for index, _ in cases]
+        self.sizes = {index: input_numel(self.refs, case) for index, case in cases}
         problem_file, states = write_inputs(scratch.in_dir, self.refs, cases, [("c0", self.source)])
         specs = []
         for index, case in cases:
@@ -578,6 +647,7 @@ class CorrectnessRun:
             else:
                 return self._reject("ProtocolError", f"unexpected {message.phase} outputs for {case.case_id}")
             self._maybe_complete(message.index)
+            return self._screened_out(message.index)
         elif isinstance(message, protocol.Accounting):
             self.accounting = message
         elif isinstance(message, protocol.Stop):
@@ -585,6 +655,23 @@ class CorrectnessRun:
         elif isinstance(message, protocol.Done):
             self.done = True
         return False
+
+    def _screened_out(self, index: int) -> bool:
+        """True (stop the worker) once a case has failed, `index`'s case is complete, and every case
+        left to run is larger than SCREEN_ELEMENTS: they would only confirm a verdict already in."""
+        done = {r.case_id for r in self.outcome.shape_results}
+        failed = self.failing_partial() is not None or not all(r.passed for r in self.outcome.shape_results)
+        if self.info.shape_cases[index].case_id not in done or not failed:
+            return False
+        if index not in self.order:
+            return False
+        left = self.order[self.order.index(index) + 1 :]
+        if not left or any((self.sizes.get(i) or 0) <= SCREEN_ELEMENTS for i in left):
+            return False
+        if any(self.info.shape_cases[i].case_id in done for i in left):
+            return False
+        self.screened = left
+        return True
 
     def _reject(self, error_class: str, message: str) -> bool:
         self.outcome.status, self.outcome.stage = Status.rejected, Stage.correctness

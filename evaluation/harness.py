@@ -133,7 +133,9 @@ def _death(exit_: WorkerExit, stage: Stage, timeout_s: float) -> dict[str, Any]:
 def _incorrect(run: CorrectnessRun, info: ProblemInfo, exit_: Optional[WorkerExit] = None) -> dict[str, Any]:
     failed = [r for r in run.outcome.shape_results if not r.passed]
     ended = ""
-    if exit_ is not None:  # judged wrong before the process ran out of time or died
+    if run.screened:  # the cheap cases ran first; the larger ones would only have confirmed it
+        ended = f" ({len(run.screened)} larger cases not run once a case had failed)"
+    elif exit_ is not None:  # judged wrong before the process ran out of time or died
         ended = f" (judged before the process {'ran out of time' if exit_.timed_out else 'ended'})"
     return dict(
         status=Status.incorrect,
@@ -426,6 +428,23 @@ def evaluate(
             message=first.describe() + more,
         )
 
+    if context is None and time_it and dev != "cpu" and overrides is None:
+        # One evaluation on a GPU is a search of one: its own context carries the compiled kernels
+        # from the check into the timing process (2-4 s of Triton compile on an H200), as a search's does.
+        from evaluation.context import SearchContext
+
+        with SearchContext(seed, scratch_root=scratch_root()) as own:
+            return evaluate(
+                source,
+                info,
+                device=dev,
+                timeout_s=timeout_s,
+                trials=trials,
+                time_it=time_it,
+                baselines=baselines,
+                sandbox=sandbox,
+                context=own,
+            ).model_copy(update=dict(started_at=started, duration_s=time.monotonic() - t0))
     refs = context.references(info, dev) if context is not None and overrides is None else None
     run = CorrectnessRun(source, info, dev, trials, seed, refs=refs, budget_s=timeout_s)
     sha = source_sha256(source)
@@ -470,7 +489,9 @@ def _judged(
 ) -> EvalResult:
     """The correctness stage's verdict from what the parent judged and how the worker ended
     (`seen` gets the worker's accounting, which `finish` reads)."""
-    common = dict(shape_results=tuple(run.outcome.shape_results), seeds=tuple(run.seeds), stderr_tail=exit_.stderr_tail)
+    position = {c.case_id: i for i, c in enumerate(info.shape_cases)}  # results in the declared order
+    ordered = lambda: tuple(sorted(run.outcome.shape_results, key=lambda r: position.get(r.case_id, 0)))  # noqa: E731
+    common = dict(shape_results=ordered(), seeds=tuple(run.seeds), stderr_tail=exit_.stderr_tail)
     out = run.outcome
     if exit_.forged:
         return finish(**_forged(exit_, Stage.correctness), **common)
@@ -484,7 +505,7 @@ def _judged(
         partial = run.failing_partial()
         if partial is not None:  # a wrong output is wrong, however the process ended afterwards
             run.outcome.shape_results.append(run._shape_result(partial[0]))
-            common["shape_results"] = tuple(run.outcome.shape_results)
+            common["shape_results"] = ordered()
         if any(not r.passed for r in run.outcome.shape_results):
             return finish(**_incorrect(run, info, exit_), **common)
         if exit_.timed_out and dev == "cpu" and run.judged_trials():

@@ -295,6 +295,10 @@ class Worker:
             on_device = any(t.device.type == "cuda" for _, t in tensors)
             if on_device != (self.req.share_memory == "cuda"):
                 return False  # an output on the other side of the bus: the pipe's packaging copies it
+            if on_device:
+                import torch
+
+                torch.cuda.synchronize()  # every stream's work on the outputs is done before the copy
             try:
                 slot, token, sequence = self.sender.put(tensors, total)
             except shared.SharedError:

@@ -321,7 +321,8 @@ def _check_details(stem: str, result, world) -> None:
     elif stem == "cheat_token_kernel":
         assert "aten.native_layer_norm" in result.message
     elif stem == "cheat_mutates_input":
-        assert result.message == "forward modified input(s) [0] on M=8,N=256|float32 trial 0"
+        # the check runs the smallest case first (correctness.cheap_first)
+        assert result.message == "forward modified input(s) [0] on M=3,N=1|float32 trial 0"
     elif stem in ("cheat_patches_via_importlib",) and result.error_class == "PatchedHarness":
         assert result.message == "the candidate replaced torch.allclose"
     elif stem == "cheat_patches_protocol_package" and result.error_class == "PatchedHarness":
@@ -331,7 +332,7 @@ def _check_details(stem: str, result, world) -> None:
     elif stem == "cheat_widens_allow_list" and result.error_class == "PatchedHarness":
         assert "evaluation.guards.ALLOWED_OPS" in result.message
     elif stem == "cheat_sigkill":
-        assert "SIGKILL (signal 9)" in result.message and "M=8,N=256|float32" in result.message
+        assert "SIGKILL (signal 9)" in result.message and "M=3,N=1|float32" in result.message
     elif stem == "cheat_never_returns":
         assert "6 s limit" in result.message
     elif stem == "cheat_raises":

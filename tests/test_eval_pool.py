@@ -165,6 +165,41 @@ def test_kept_references_stop_at_their_budget_instead_of_evicting():
     assert [refs.kept(case, t) is not None for t in trials] == [True, True, True, False, False]
 
 
+def test_judges_of_one_trial_at_once_compute_its_reference_once_and_all_get_the_same_verdict(monkeypatch):
+    import threading
+
+    import torch
+
+    from evaluation.correctness import Judge, References
+    from evaluation.inputs import trial_inputs
+
+    info = load_problem("layernorm", "cpu", overrides=SMALL)
+    refs = References(info, "cpu", 5, keep_bytes=1 << 30)
+    case, trial = info.shape_cases[0], protocol.Trial(seed=11)
+    right = refs.expected(case, trial_inputs(refs.module(case.params), case.dtype, trial, "cpu"))
+    blob, strides = protocol.package_bytes(right.to(getattr(torch, case.dtype)))
+    computed = []
+    original = References.expected
+
+    def slow_expected(self, *args, **kwargs):
+        computed.append(1)
+        time.sleep(0.3)  # long enough for every other judge to arrive while this one computes
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(References, "expected", slow_expected)
+    verdicts = []
+    judges = [
+        threading.Thread(target=lambda: verdicts.append(Judge(refs, "cpu").judge(case, trial, blob, strides)))
+        for _ in range(6)
+    ]
+    for j in judges:
+        j.start()
+    for j in judges:
+        j.join()
+    assert len(computed) == 1 and refs.reused == 5
+    assert len(verdicts) == 6 and all(v.passed for v in verdicts)
+
+
 @pytest.mark.slow  # real evaluations: 5 s or more on the 2-core machine
 def test_baselines_timed_once_in_a_search_are_quoted_for_the_next_batch(monkeypatch):
     monkeypatch.setattr(harness, "HOST_TIMING", True)  # the timing stage's checks on the CPU clock
