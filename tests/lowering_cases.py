@@ -138,6 +138,24 @@ CASES: dict[str, str] = {
         init="self.fc = nn.Linear(24, 19)",
         consts="B = 10\n",
     ),
+    # parameters of a module tree: Sequential and ModuleList children ("0", "1"), a ModuleDict key
+    # that is a Python keyword (issue 26, item 0); and a pooling setting read through a Sequential
+    "module_tree": ref(
+        "def forward(self, x):\n    h = self.blocks[1](self.net(x))\n    return self.heads['lambda'](torch.relu(h))\n",
+        "[torch.randn(B, 24)]",
+        init=(
+            "self.net = nn.Sequential(nn.Linear(24, 16), nn.ReLU(), nn.Linear(16, 12))\n"
+            "self.blocks = nn.ModuleList([nn.Linear(12, 12), nn.Linear(12, 10)])\n"
+            "self.heads = nn.ModuleDict({'lambda': nn.Linear(10, 7)})"
+        ),
+        consts="B = 6\n",
+    ),
+    "module_tree_pool": ref(
+        "def forward(self, x):\n    return self.features(x) * 2.0\n",
+        "[torch.randn(B, 3, 29)]",
+        init="self.features = nn.Sequential(nn.MaxPool1d(3, stride=2))",
+        consts="B = 2\n",
+    ),
     "matmul_transposed": ref(
         "def forward(self, a, b):\n    return torch.matmul(a.T, b.T)\n", "[torch.randn(20, 9), torch.randn(13, 20)]"
     ),

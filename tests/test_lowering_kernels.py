@@ -27,6 +27,8 @@ FAST = (
     "linear_epilogue",
     "gemm_groupnorm",
     "hinge",
+    "module_tree",
+    "module_tree_pool",
 )
 
 
@@ -211,3 +213,25 @@ def test_a_scan_over_an_empty_dim_gives_the_empty_result_the_reference_gives(nam
         expected = ref.Model().eval()(x) if name == "cumsum_reverse" else torch.cumsum(x, dim=1)
         out = cand.ModelNew().eval()(x)
     assert tuple(out.shape) == tuple(expected.shape) == (3, 0)
+
+
+@pytest.mark.parametrize("name", ["module_tree", "module_tree_pool"])
+def test_parameters_and_settings_of_any_module_tree_are_read_as_valid_python(name):
+    from evaluation.static_check import check_source
+
+    src = lower_source(CASES[name], f"/tmp/{name}.py")
+    rendered = src.render(src.default_config())
+    compile(rendered, name, "exec")  # `self.net.0.weight` was a SyntaxError in every candidate
+    assert not re.search(r"self(\.\w+)*\.\d", rendered)
+    assert "getattr(self.net, '0')" in rendered or "getattr(self.features, '0')" in rendered
+    report = check_source(rendered, name)
+    assert not report.findings, report.findings
+
+
+def test_attribute_paths_become_identifier_reads_or_literal_getattrs():
+    from agent.proposers.lowering.capture import attr_expr
+
+    assert attr_expr("self", "fc.weight") == "self.fc.weight"
+    assert attr_expr("self", "network.0.weight") == "getattr(self.network, '0').weight"
+    assert attr_expr("self", "heads.lambda.bias") == "getattr(self.heads, 'lambda').bias"
+    assert attr_expr("self", "") == "self"

@@ -261,6 +261,19 @@ _POOLS = {
 }
 
 
+def attr_expr(base: str, dotted: str) -> str:
+    """Python that reads the attribute path `dotted` ("network.0.weight", a name of
+    named_parameters/named_modules) from `base`. Parts that are not identifiers (the children of
+    nn.Sequential, nn.ModuleList, a ModuleDict's keys) are read with a literal getattr, so the
+    generated source stays valid Python and the static check sees a constant name."""
+    import keyword
+
+    expr = base
+    for part in (p for p in dotted.split(".") if p):
+        expr = f"{expr}.{part}" if part.isidentifier() and not keyword.iskeyword(part) else f"getattr({expr}, {part!r})"
+    return expr
+
+
 def _tuple(v, n):
     return tuple(v) if isinstance(v, (tuple, list)) else (v,) * n
 
@@ -294,7 +307,7 @@ def _patch_modules(model: torch.nn.Module, carriers: _Carriers) -> list:
     """Give size-deciding int settings a carrier; returns the (module, slot -> carrier index) list."""
     patched = []
     for path, m in model.named_modules():
-        owner = "self" + "".join(f".{p}" for p in path.split(".") if p) if path else "self"
+        owner = attr_expr("self", path)
         if type(m) in _POOLS:
             kind, d = _POOLS[type(m)]
             slots = {}

@@ -15,7 +15,7 @@ import sympy
 import torch
 
 from agent.proposers.lowering import ir
-from agent.proposers.lowering.capture import CARRIER_OFFSET, Captured
+from agent.proposers.lowering.capture import CARRIER_OFFSET, Captured, attr_expr
 from agent.proposers.lowering.ir import (
     Arg,
     BufferValue,
@@ -100,7 +100,7 @@ class Lowerer:
                 self.values[node] = BufferValue(buf)
                 continue
             if ph.kind == "param":
-                source = "self." + ph.name
+                source = attr_expr("self", ph.name)
                 storage = "float" if ph.dtype.is_floating_point else _storage_name(ph.dtype)
                 buf = p.new_buffer(self._bind_dims(source, fake), storage, kind="param", source=source, prefix="p_")
             else:
