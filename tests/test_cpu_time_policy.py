@@ -96,11 +96,16 @@ def test_a_correct_kernel_out_of_interpreter_time_is_not_judged_and_leaves_no_fa
         assert [e[3].status for e in store.evaluations(run.run_id)] == [Status.not_judged]
 
 
-# The seed with a wrong epsilon (every output off), which spins forever from its second call on.
-HANG_AFTER_A_WRONG_CASE = SEED.replace("self.eps = 1e-5", "self.eps = 1.0\n        self.calls = 0").replace(
-    "        n = x.shape[-1]\n",
-    "        self.calls += 1\n        while self.calls > 1:\n            pass\n        n = x.shape[-1]\n",
-    1,
+# Wrong at every width (the check runs its smallest case first, a width-1 row, where a wrong eps
+# would not show), then hangs on its second call.
+HANG_AFTER_A_WRONG_CASE = (
+    SEED.replace("self.eps = 1e-5", "self.eps = 1e-5\n        self.calls = 0")
+    .replace("(diff * rstd * w + b).to(", "(diff * rstd * w + b + 1.0).to(")
+    .replace(
+        "        n = x.shape[-1]\n",
+        "        self.calls += 1\n        while self.calls > 1:\n            pass\n        n = x.shape[-1]\n",
+        1,
+    )
 )
 
 
