@@ -550,12 +550,12 @@ class WorkerProcess:
         self.reader = protocol.FrameReader(self.key)
         if self.proc is None:
             self.spawn()
+        elif self.isolation == "bwrap":  # the inputs were written after the spawn: let its uid read them
+            _prepare_for_uid(self.scratch, self._uid)
         if request.transport == "shared" and self._share is not None:
             from evaluation.shared import Receiver
 
             self.inbox = Receiver(self._share, request.share_memory)
-        elif self.isolation == "bwrap":  # the inputs were written after the spawn: let its uid read them
-            _prepare_for_uid(self.scratch, self._uid)
         self._start = time.monotonic()
         self.request_at = time.time()
         frame = protocol.request_frame(request)

@@ -70,6 +70,20 @@ def test_a_warm_worker_gives_the_verdict_a_fresh_worker_gives(warm, monkeypatch)
     assert _facts(pooled) == _facts(fresh)
 
 
+def test_a_warm_sandboxed_worker_reads_inputs_written_after_it_started_under_a_strict_umask(warm):
+    """The request's inputs are written once the worker waits; under umask 077 only the parent could
+    read them until `start` opens them to the sandbox's uid (a regression: the shared transport's
+    set-up once took that step's place)."""
+    warm.fill()
+    before = os.umask(0o077)
+    try:
+        result = evaluate(SEED, "layernorm", device="cpu", trials=1, seed=42, overrides=SMALL)
+    finally:
+        os.umask(before)
+    assert warm.handed == 1
+    assert result.status is Status.passed, result.message
+
+
 @pytest.mark.slow  # real evaluations: 5 s or more on the 2-core machine
 def test_each_warm_worker_runs_one_request_and_a_new_one_takes_its_place(warm):
     warm.fill()
