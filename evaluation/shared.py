@@ -143,9 +143,14 @@ class _CudaSlot:
             raise SharedError(str(exc)) from None
 
     def write(self, offset: int, tensor: Any) -> None:
+        from evaluation.devshare import DevShareError
+
         n = tensor.numel() * tensor.element_size()
         if n:
-            self.cuda.copy(self.ptr + offset, tensor.data_ptr(), n)
+            try:
+                self.cuda.copy(self.ptr + offset, tensor.data_ptr(), n)
+            except DevShareError as exc:
+                raise SharedError(str(exc)) from None
 
     def read(self, nbytes: int) -> Any:
         """The bytes copied into a new tensor of the parent's, on a stream of the receiving thread's own
@@ -267,15 +272,19 @@ class Sender:
         for the frame that names them. SharedError: use the pipe for this output."""
         if self.broken:
             raise SharedError(self.broken)
+        announced = False
         try:
             self._wait_ack()
             if self.slot is None or self.slot.size < nbytes:
                 self._new_slot(nbytes)
+                announced = True
             for offset, tensor in tensors:
                 self.slot.write(offset, tensor)
         except (SharedError, OSError) as exc:
-            if self.unacked is not None or isinstance(exc, OSError):
-                self.broken = f"the shared transport broke: {exc}"  # the parent may still read: no reuse
+            # The parent may still read the slot (no acknowledgement), or a slot it was told of would
+            # never be named by a frame (the next one would then arrive out of sequence): no reuse.
+            if self.unacked is not None or isinstance(exc, OSError) or (announced and self.slot is not None):
+                self.broken = f"the shared transport broke: {exc}"
             raise SharedError(str(exc)) from None
         self.sequence += 1
         self.unacked = (self.slot_id, self.sequence)
@@ -304,7 +313,9 @@ class Receiver:
         self.lock = threading.Lock()
         self._cuda: Any = None
 
-    def _next_slot(self) -> None:
+    def _next_slot(self, want_id: int, want_token: bytes) -> None:
+        """Receive the slot the frame names, refusing anything else before it is mapped: a descriptor
+        is only imported once its message carries the token of the MAC'd frame."""
         from evaluation.protocol import ProtocolError
 
         self.sock.settimeout(RECEIVE_TIMEOUT_S)
@@ -317,9 +328,12 @@ class Receiver:
                 os.close(fd)
             raise ProtocolError("a malformed message on the shared socket")
         magic, slot_id, size, token = SLOT.unpack(msg)
-        if magic != SLOT_MAGIC or slot_id != self.last_slot + 1 or not 0 < size <= MAX_SLOT_BYTES:
+        if magic != SLOT_MAGIC or slot_id != want_id or not 0 < size <= MAX_SLOT_BYTES:
             os.close(fds[0])
             raise ProtocolError("a slot message out of sequence on the shared socket")
+        if not secrets.compare_digest(token, want_token):
+            os.close(fds[0])
+            raise ProtocolError("a shared slot whose token differs from its frame's")
         try:
             if self.memory == "cuda":
                 if self._cuda is None:
@@ -341,13 +355,19 @@ class Receiver:
         from evaluation.protocol import ProtocolError
 
         with self.lock:
-            while slot_id > self.last_slot:
-                self._next_slot()
+            try:
+                want = bytes.fromhex(token_hex)
+            except ValueError:
+                raise ProtocolError("an outputs frame with a malformed slot token") from None
+            if slot_id == self.last_slot + 1:  # a new slot: its descriptor was sent before this frame
+                self._next_slot(slot_id, want)
+            elif slot_id > self.last_slot:
+                raise ProtocolError(f"an outputs frame names slot {slot_id}, after slot {self.last_slot}")
             found = self.slots.get(slot_id)
             if found is None:
                 raise ProtocolError(f"an outputs frame names slot {slot_id}, which is gone")
             token, slot = found
-            if not secrets.compare_digest(token, bytes.fromhex(token_hex)):
+            if not secrets.compare_digest(token, want):
                 raise ProtocolError("a shared slot whose token differs from its frame's")
             if not 0 <= nbytes <= slot.size:
                 raise ProtocolError("an outputs frame declares more bytes than its slot holds")

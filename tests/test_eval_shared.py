@@ -109,19 +109,39 @@ def test_a_token_other_than_the_frames_is_refused_as_forged(ends):
         receiver.take(slot, "00" * 16, seq, total)
 
 
-def test_a_slot_message_a_candidate_writes_to_the_socket_is_refused_before_the_real_one():
+def test_a_slot_message_a_candidate_writes_to_the_socket_is_refused_before_it_is_mapped():
     parent, child = shared.socket_pair()
     receiver = shared.Receiver(parent, "host")
-    forged = os.memfd_create("forged")
-    os.ftruncate(forged, 1 << 20)
+    r, w = os.pipe()  # mapping it would fail: the refusal must come first, from the token
     try:  # the candidate knows the socket's number (argv), not the token
-        socket.send_fds(child, [shared.SLOT.pack(shared.SLOT_MAGIC, 1, 1 << 20, b"x" * 16)], [forged])
+        socket.send_fds(child, [shared.SLOT.pack(shared.SLOT_MAGIC, 1, 1 << 20, b"x" * 16)], [r])
         with pytest.raises(protocol.ProtocolError, match="token differs"):
             receiver.take(1, (b"y" * 16).hex(), 1, 64)
+        assert receiver.slots == {}
     finally:
-        os.close(forged)
+        for fd in (r, w):
+            os.close(fd)
         receiver.close()
         child.close()
+
+
+def test_a_frame_that_skips_a_slot_is_a_protocol_error(ends):
+    _, receiver = ends
+    with pytest.raises(protocol.ProtocolError, match="names slot 3, after slot 0"):
+        receiver.take(3, (b"t" * 16).hex(), 1, 8)
+
+
+def test_a_slot_announced_but_never_named_sends_every_later_output_by_pipe(ends, monkeypatch):
+    sender, receiver = ends
+
+    def failing_write(self, offset, tensor):
+        raise shared.SharedError("copy failed")
+
+    monkeypatch.setattr(shared._HostSlot, "write", failing_write)
+    head, tensors, total, _ = protocol.package_split(torch.ones(8))
+    with pytest.raises(shared.SharedError, match="copy failed"):
+        sender.put(tensors, total)
+    assert sender.broken is not None  # the parent holds slot 1's descriptor; no frame will name it
 
 
 @pytest.mark.parametrize(
@@ -129,10 +149,11 @@ def test_a_slot_message_a_candidate_writes_to_the_socket_is_refused_before_the_r
     [
         (shared.SLOT.pack(shared.SLOT_MAGIC, 2, 1 << 20, b"t" * 16), "out of sequence"),
         (shared.SLOT.pack(b"NOPE", 1, 1 << 20, b"t" * 16), "out of sequence"),
+        (shared.SLOT.pack(shared.SLOT_MAGIC, 1, 1 << 20, b"u" * 16), "token differs"),
         (shared.SLOT.pack(shared.SLOT_MAGIC, 1, 0, b"t" * 16), "out of sequence"),
         (b"short", "malformed"),
     ],
-    ids=["skipped-id", "bad-magic", "zero-size", "short"],
+    ids=["skipped-id", "bad-magic", "other-token", "zero-size", "short"],
 )
 def test_a_malformed_slot_message_is_a_protocol_error(message, why):
     parent, child = shared.socket_pair()
