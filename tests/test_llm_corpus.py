@@ -51,6 +51,10 @@ def test_the_fast_subset_has_no_false_accept_and_at_most_ten_percent_refused():
     rows = [corpus.judge(e, trials=2) for e in ENTRIES if e.fast]  # trial 1 scales inputs: ReLU6 != HardTanh
     summary = corpus.summarize(rows)
     judged = [r for r in rows if r.outcome != "skipped" and r.depends_on is None]
-    assert len(judged) >= 8, "the KernelBench dev set is missing"
+    if corpus.kernelbench_dev().is_dir():
+        assert len(judged) >= 8, "the KernelBench dev set is there, yet its kernels were not judged"
+    else:  # a clone without ../shared: every kernel of a local or built-in problem is still judged
+        local = {e.file for e in ENTRIES if e.fast and not e.problem.startswith("kb:") and e.depends_on is None}
+        assert local and {r.file for r in judged} == local
     assert summary["false_accept"] == 0, [r for r in judged if r.outcome == "false accept"]
     assert summary["false_refuse_pct"] <= 10.0, [r for r in judged if r.outcome == "false refuse"]
