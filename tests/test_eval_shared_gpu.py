@@ -1,0 +1,93 @@
+"""On a GPU: outputs cross from the sandboxed worker to the judge in CUDA VMM slots (evaluation/shared.py)
+and the verdict is the one the pipe gives. Skipped on the CPU (the memfd slots are tested there)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from evaluation import evaluate, load_problem
+from evaluation.records import Status
+
+pytestmark = pytest.mark.gpu
+ROOT = Path(__file__).parent.parent
+SEED = (ROOT / "evaluation" / "seeds" / "layernorm.py").read_text()
+
+
+# Another process (its own CUDA context) maps the descriptor it receives and checks the bytes.
+_CHILD = """
+import socket, sys, torch
+from evaluation.devshare import Cuda
+sock = socket.socket(fileno=int(sys.argv[1]))
+size, nbytes = int(sys.argv[2]), int(sys.argv[3])
+_, fds, _, _ = socket.recv_fds(sock, 16, 1)
+cuda = Cuda(0)
+ptr = cuda.map(cuda.import_fd(fds[0]), size)
+back = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda")
+cuda.copy(back.data_ptr(), ptr, nbytes)
+sys.exit(0 if bool((back == torch.arange(nbytes // 4, dtype=torch.float32, device="cuda")).all()) else 3)
+"""
+
+
+@pytest.fixture(scope="module")
+def small_layernorm():
+    info = load_problem("layernorm", "cuda", {"M": 64})
+    cases = tuple(c for c in info.shape_cases if "long_rows" not in c.tags)
+    return info.model_copy(update={"shape_cases": cases})
+
+
+def test_a_vmm_slot_exported_as_a_descriptor_maps_the_same_bytes_in_another_process():
+    """The route the transport rests on: a VMM allocation's POSIX descriptor, passed with SCM_RIGHTS to a
+    process started after it, maps the bytes the exporter wrote (CUDA IPC handles would not cross a PID namespace)."""
+    import torch
+
+    from evaluation.devshare import Cuda
+
+    cuda = Cuda(0)
+    if not cuda.supported():
+        pytest.skip("this device cannot export VMM allocations as POSIX descriptors")
+    nbytes = 3 << 20
+    src = torch.arange(nbytes // 4, dtype=torch.float32, device="cuda")
+    handle, ptr, size = cuda.create(nbytes)
+    cuda.copy(ptr, src.data_ptr(), nbytes)
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    child = subprocess.Popen(
+        [sys.executable, "-c", _CHILD, str(theirs.fileno()), str(size), str(nbytes)],
+        pass_fds=(theirs.fileno(),),
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    theirs.close()
+    fd = cuda.export(handle)
+    try:
+        socket.send_fds(ours, [b"x"], [fd])
+    finally:
+        os.close(fd)
+    assert child.wait(timeout=120) == 0
+    cuda.unmap(ptr, size)
+    cuda.release(handle)
+
+
+def test_shared_slots_and_the_pipe_give_the_same_verdict_on_cuda(small_layernorm, monkeypatch):
+    verdicts = {}
+    for transport in ("shared", "pipe"):
+        monkeypatch.setenv("KSCOUT_OUTPUT_TRANSPORT", transport)
+        verdicts[transport] = evaluate(SEED, small_layernorm, device="cuda", trials=1, time_it=False)
+    shared, pipe = verdicts["shared"], verdicts["pipe"]
+    assert shared.status is Status.passed and pipe.status is Status.passed, (shared.message, pipe.message)
+    assert [(r.case_id, r.passed) for r in shared.shape_results] == [(r.case_id, r.passed) for r in pipe.shape_results]
+    assert [r.max_abs_error for r in shared.shape_results] == [r.max_abs_error for r in pipe.shape_results]
+
+
+def test_a_wrong_kernel_is_refused_through_shared_slots_as_through_the_pipe(small_layernorm, monkeypatch):
+    """The slots carry the candidate's real bytes: an off-by-a-little kernel is caught the same way."""
+    wrong = SEED.replace("/ N + eps)", "/ N + eps * 1e3)")
+    assert wrong != SEED, "the seed's variance expression changed: adjust the mutation"
+    monkeypatch.setenv("KSCOUT_OUTPUT_TRANSPORT", "shared")
+    result = evaluate(wrong, small_layernorm, device="cuda", trials=1, time_it=False)
+    assert result.status is Status.incorrect, result.message
