@@ -113,8 +113,8 @@ class _IngestProgress:
 
 
 def _report_table(report: IngestReport, width: int):
-    """One line per file; a path too long for its column loses its middle, so its name stays."""
-    from knowledge.render import cut_middle, fit_widths, table_of
+    """One line per file; a path too long for its column loses its middle, so its file name stays."""
+    from knowledge.render import cut_path, fit_widths, table_of
 
     headers = ("file", "status", "chunks", "reason or note")
     rows = [
@@ -129,21 +129,24 @@ def _report_table(report: IngestReport, width: int):
     style = {FileStatus.failed: "red", FileStatus.skipped: "yellow", FileStatus.unchanged: "dim"}
     for f, (path, status, chunks, why) in zip(report.files, rows):
         table.add_row(
-            _esc(cut_middle(path, widths[0])), f"[{style.get(f.status, 'green')}]{status}[/]", chunks, _esc(why)
+            _esc(cut_path(path, widths[0])), f"[{style.get(f.status, 'green')}]{status}[/]", chunks, _esc(why)
         )
     return table
 
 
-def _report_lines(report: IngestReport):
-    """Each failure and each note whole, on one line of its own (a table cell may have been cut): what
-    `grep broken.pdf` and a reader of a log need."""
-    from rich.text import Text
+def _report_lines(report: IngestReport, width: int) -> list[str]:
+    """Each failure and each note in full below the table (its cell may have been cut), in lines of at
+    most `width`, broken between words: the path (its file name whole) on the first line, so
+    `grep broken.pdf` finds the failure; `--json` has every path whole."""
+    from knowledge.render import cut_path, fill
 
+    lines = []
     for f in report.files:
-        if f.status is FileStatus.failed:
-            yield Text(f"failed: {f.path}: {f.reason}")
-        for note in f.notes:
-            yield Text(f"note: {f.path}: {note}")
+        said = ([("failed", f.reason or "")] if f.status is FileStatus.failed else []) + [("note", n) for n in f.notes]
+        for label, text in said:
+            head = f"{label}: {cut_path(f.path, width - len(label) - 3)}:"
+            lines += fill(text.split(), width, first=head, indent="    ")
+    return lines
 
 
 def _refresh_index(store, files=None) -> None:
@@ -259,8 +262,8 @@ def ingest_cmd(
     else:
         console = _console()
         console.print(_report_table(report, console.width))
-        for line in _report_lines(report):
-            console.print(line, soft_wrap=True)
+        for line in _report_lines(report, console.width):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
         counts = ", ".join(f"{report.count(s)} {s.value}" for s in FileStatus if report.count(s))
         console.print(f"{len(report.files)} file(s): {counts} in {report.duration_s:.1f} s")
     if report.failed:
@@ -319,6 +322,7 @@ def docs_cmd(
     with _open_store(store_dir) as store:
         documents = store.documents()
         history = store.document_history()
+        chunks = {} if as_json else store.chunk_counts()
     documents = sorted(documents, key=lambda d: (not d.builtin, d.title.lower()))
     vendors, devices = catalogue(documents)
     if as_json:
@@ -338,69 +342,88 @@ def docs_cmd(
             }
         )
         return
+    from knowledge.render import fill
+
     console = _console()
-    console.print(_docs_long(documents, history, console.width) if long else _docs_compact(documents, console.width))
-    console.print("vendors: " + (", ".join(f"{_esc(v)} ({n})" for v, n in vendors.items()) or "none"))
-    console.print("devices: " + (", ".join(f"{_esc(v)} ({n})" for v, n in devices.items()) or "none"))
+    if long:
+        lines = _docs_long(documents, history, chunks, console.width)
+    else:
+        console.print(_docs_compact(documents, chunks, console.width))
+        lines = []
+    # A device name ("A100 PCIE (1)") is never split across two lines.
+    for label, counts in (("vendors", vendors), ("devices", devices)):
+        items = [f"{v} ({n})," for v, n in counts.items()] or ["none,"]
+        items[-1] = items[-1][:-1]
+        lines += fill(items, console.width, first=f"{label}:", indent="  ")
+    for line in lines:
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
-def _docs_compact(documents, width: int):
-    """One line per document: the id `retag`/`forget` accept, title, kind, vendor and devices, where."""
-    from knowledge.render import cut_middle, fit_widths, table_of, unique_prefixes
+def _docs_compact(documents, chunks: dict[str, int], width: int):
+    """One line per document: the id `retag`/`forget` accept, title, kind, chunks, vendor and devices
+    (the first and how many more), and where it came from (its file name kept)."""
+    from knowledge.render import cut_path, fit_widths, table_of, unique_prefixes
 
-    headers = ("id", "document", "kind", "vendor, devices", "source")
+    headers = ("id", "document", "kind", "chunks", "vendor, devices", "source")
     ids = unique_prefixes(d.document_id for d in documents)
     rows = [
         (
             ids[d.document_id],
             d.title,
             d.kind.value,
-            " ".join(x for x in (d.vendor, ", ".join(d.devices)) if x) or "-",
+            str(chunks.get(d.document_id, 0)),
+            " ".join(x for x in (d.vendor, d.devices[0] if d.devices else None) if x)
+            + (f" +{len(d.devices) - 1}" if len(d.devices) > 1 else "")
+            or "-",
             d.source_url or d.source,
         )
         for d in documents
     ]
-    widths = fit_widths(headers, rows, width, shrink=(1, 3, 4))
+    widths = fit_widths(headers, rows, width, shrink=(1, 4, 5))
     table = table_of(f"{len(documents)} document(s)", *headers, no_wrap=headers)
     for column, w in zip(table.columns, widths):
         column.width = w
+    table.columns[3].justify = "right"
     for row in rows:
-        table.add_row(*(_esc(x) for x in row[:4]), _esc(cut_middle(row[4], widths[4])))
+        table.add_row(*(_esc(x) for x in row[:5]), _esc(cut_path(row[5], widths[5])))
     return table
 
 
-def _docs_long(documents, history, width: int):
-    """Every field of each document and its latest tag changes (`--json` has them all)."""
-    from knowledge.render import cut_middle, table_of
+def _docs_long(documents, history, chunks: dict[str, int], width: int) -> list[str]:
+    """Every field of each document, one per line under its title, and its latest tag changes (`--json`
+    has them all and the front matter): a record per document rather than a table, so a path or URL
+    gets the whole width and is cut (its file name kept) only when longer than that."""
+    from knowledge.render import fill
 
-    table = table_of(
-        f"{len(documents)} document(s)", "document", "origin, kind, vendor, version", "devices", "url, sha256, ingested"
-    )
-    source_width = max(18, width // 4)
-    table.columns[0].max_width = source_width
+    indent = " " * 12
+    lines = [f"{len(documents)} document(s)"]
     for d in documents:
-        facts = ", ".join(x for x in (d.origin.value, d.kind.value, d.vendor, d.doc_version) if x)
-        prov = "\n".join(
-            x
-            for x in (
-                d.source_url,
-                f"sha256 {d.sha256[:12]}",
-                d.ingested_at[:19],
-                f"retagged {d.retagged_at[:19]}" if d.retagged_at else None,
-                *(
-                    f"{h.field} {json.dumps(h.old)} -> {json.dumps(h.new)} ({h.cause}, {h.changed_at[:10]})"
-                    for h in history.get(d.document_id, [])[-3:]
-                ),
-            )
-            if x
-        )
-        table.add_row(
-            f"{_esc(d.title)}\n[dim]{_esc(cut_middle(d.source, source_width))}\n({d.document_id})[/]",
-            _esc(facts),
-            _esc(", ".join(d.devices)),
-            _esc(prov),
-        )
-    return table
+        changes = history.get(d.document_id, [])[-3:]
+        fields = [
+            ("id", [d.document_id]),
+            ("source", [d.source]),
+            ("url", [d.source_url] if d.source_url else []),
+            ("kind", [d.kind.value]),
+            ("origin", [d.origin.value] + (["(shipped)"] if d.builtin else [])),
+            ("vendor", [d.vendor] if d.vendor else []),
+            ("version", [d.doc_version] if d.doc_version else []),
+            ("devices", [f"{x}," for x in d.devices[:-1]] + list(d.devices[-1:])),
+            ("ops", [f"{x}," for x in d.op_families[:-1]] + list(d.op_families[-1:])),
+            ("chunks", [str(chunks.get(d.document_id, 0))]),
+            ("sha256", [d.sha256]),
+            ("ingested", [d.ingested_at[:19]]),
+            ("retagged", [d.retagged_at[:19]] if d.retagged_at else []),
+        ]
+        for h in changes:
+            old, new = json.dumps(h.old), json.dumps(h.new)
+            fields.append(("changed", [h.field, old, "->", new, f"({h.cause},", f"{h.changed_at[:10]})"]))
+        lines.append("")
+        lines += fill(d.title.split(), width, indent="  ")
+        for name, units in fields:
+            if units:
+                lines += fill(units, width, first=f"  {name:<9} ", indent=indent)
+    lines.append("")
+    return lines
 
 
 def reindex_cmd(store_dir: StoreOpt = None, as_json: JsonOpt = False) -> None:

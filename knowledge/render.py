@@ -7,8 +7,10 @@ hit says its file (with the section's anchor), its vendor and version, and wheth
 document or a note the project (or a team) wrote with its own measurements.
 
 Tables read at 80 columns, on a terminal or through a pipe: prose wraps between words, and a path, a
-URL or an id is never folded mid-word. A value too long for its column is cut with "…" (a path or a
-URL in its middle, so both its start and its file name stay), so `grep broken.pdf` finds its line.
+URL or an id is never folded mid-word. A value too long for its column is cut with "…": a path or a
+URL loses its folders and keeps its file name whole, an id keeps its prefix, so `grep broken.pdf`
+finds its line. Lines printed outside a table (ingest's failures and notes, `docs --long`, the vendor
+and device lists) are wrapped between words to the same width.
 """
 
 from __future__ import annotations
@@ -51,13 +53,39 @@ def fit_widths(headers: Sequence[str], rows: Sequence[Sequence[str]], width: int
     return widths
 
 
-def cut_middle(text: str, width: int) -> str:
-    """'/very/long/path/to/broken.pdf' -> '/very/lo…/broken.pdf': the start and the end both stay."""
+def cut_path(text: str, width: int) -> str:
+    """A path or URL cut to `width` with "…", its last part (the file name, with its anchor) kept whole
+    where it fits, so `grep broken.pdf` still finds the line: '/data/vendor-d…/broken.pdf'. A name too
+    long for the width keeps its start and its end ('layernorm-row-wi…mily.md')."""
     if width < 3 or len(text) <= width:
         return text
+    cut = text.rfind("/", 0, len(text) - 1)
+    name = text[cut:] if cut > 0 else ""  # with its leading slash
+    if name and len(name) + 1 <= width:
+        head = width - len(name) - 1
+        return (text[:head] if head >= 4 else "") + "…" + name  # a head of 1-3 characters says nothing
+    name = name[1:] if name else text
     keep = width - 1
-    head = keep // 3
-    return text[:head] + "…" + text[len(text) - (keep - head) :]
+    tail = keep // 3
+    return name[: keep - tail] + "…" + name[len(name) - tail :]
+
+
+def fill(units: Sequence[str], width: int, first: str = "", indent: str = "  ") -> list[str]:
+    """`units` joined by spaces in lines of at most `width`, broken only between units: the first line
+    starts with `first` (a label ending in a space takes the first unit on its line, cut to fit; one
+    without takes it only if it fits), the others with `indent`. A unit longer than a whole line is cut
+    with "…" (a path keeps its file name), never folded."""
+    lines: list[str] = []
+    line, placed = first, bool(first.strip()) and not first.endswith(" ")
+    for unit in units:
+        if placed and len(line) + 1 + len(unit) > width:
+            lines.append(line)
+            line, placed = indent, False
+        sep = " " if line and not line.endswith(" ") else ""
+        line += sep + cut_path(unit, width - len(line) - len(sep))
+        placed = True
+    lines.append(line)
+    return lines
 
 
 def unique_prefixes(ids: Iterable[str], minimum: int = 8) -> dict[str, str]:
@@ -92,6 +120,15 @@ def _who(doc: DocumentHit) -> str:
     if doc.origin is DocumentOrigin.vendor:
         return f"vendor document ({doc.vendor})" if doc.vendor else "vendor document"
     return "external document"
+
+
+def _location(location: str, width: int) -> str:
+    """A location is one word on one line where it fits; else its file (name kept) on one line and its
+    '#anchor' on the next, each cut with "…" to the column, so the file name is never what is lost."""
+    if len(location) <= width:
+        return location
+    path, _, anchor = location.partition("#")
+    return cut_path(path, width) + (f"\n{cut_path('#' + anchor, width)}" if anchor else "")
 
 
 def render_answer(console, result: AskResult) -> None:
@@ -148,13 +185,13 @@ def render_answer(console, result: AskResult) -> None:
             f"for this question[/]"
         )
     docs = table_of("documents", "#", "document > section", "excerpt", "source", no_wrap=("#",))
-    # A location is one word: cut in its middle to what the source column gets, its anchor kept.
     location_width = max(24, console.width * 3 // 10)
     docs.columns[3].max_width = location_width
     for i, d in enumerate(result.documents, start=1):
         section = " > ".join(d.heading_path[1:] or d.heading_path)
         title = f"{esc(d.title)}\n[dim]> {esc(section)}[/]" if section else esc(d.title)
         facts = ", ".join(x for x in (_who(d), f"version {d.doc_version}" if d.doc_version else None) if x)
-        location = cut_middle(d.location, location_width)
-        docs.add_row(str(i), title, esc(d.excerpt), f"{esc(location)}\n[dim]{esc(facts)}[/]")
+        docs.add_row(
+            str(i), title, esc(d.excerpt), f"{esc(_location(d.location, location_width))}\n[dim]{esc(facts)}[/]"
+        )
     console.print(docs if result.documents else "[dim]no documents matched[/]")

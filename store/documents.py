@@ -338,6 +338,11 @@ class DocumentsMixin(StoreCore):
         """In the order they were first ingested."""
         return [R.document_from_row(r) for r in self.db.query("SELECT * FROM documents ORDER BY seq")]
 
+    def chunk_counts(self) -> dict[str, int]:
+        """How many chunks each document has (a document with none is absent)."""
+        found = self.db.query("SELECT document_id, count(*) AS n FROM chunks GROUP BY document_id")
+        return {r["document_id"]: int(r["n"]) for r in found}
+
     def get_document(self, document_id: str) -> Document:
         found = self.db.query("SELECT * FROM documents WHERE document_id = ?", [document_id])
         if not found:
