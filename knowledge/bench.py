@@ -1,6 +1,7 @@
 """Benchmarks of retrieval quality and scale. Prints tables; writes only into a temporary folder.
 
-    python -m knowledge.bench quality [--store DIR]     recall@5 / MRR over both question sets
+    python -m knowledge.bench quality [--store DIR]     hit@1 / recall@5 / MRR over the question sets
+    python -m knowledge.bench bm25 [--sizes 3000,30000] our BM25 against bm25s: index, query, memory
     python -m knowledge.bench latency [--docs 250] [--sections 12]   fresh-process `kscout ask`, ingest files/s
     python -m knowledge.bench scale [--chunks N] [--outcomes N] [--queries N]
     python -m knowledge.bench all
@@ -32,6 +33,21 @@ ROOT = Path(__file__).resolve().parents[1]
 QUESTIONS = ROOT / "tests" / "data" / "retrieval_questions.jsonl"
 VENDOR_QUESTIONS = ROOT / "tests" / "data" / "vendor_questions.jsonl"
 VENDOR_DOCS = ROOT / "tests" / "data" / "vendor_docs"
+# Real vendor documentation, verbatim, beside the checkout (never copied into it): NVIDIA CCCL and AMD
+# Composable Kernel. Questions over it name passages by file and heading or quote; a clone without
+# ../shared has no such folder, and the set is then left out (tests skip).
+THIRDPARTY_QUESTIONS = ROOT / "tests" / "data" / "thirdparty_questions.jsonl"
+THIRDPARTY_DOCS = Path(os.environ.get("KSCOUT_THIRDPARTY_DOCS", ROOT.parent / "shared" / "thirdparty-docs"))
+THIRDPARTY_FOLDERS: dict[str, dict] = {
+    "cccl/docs": {
+        "vendor": "nvidia",
+        "source_url": "https://github.com/NVIDIA/cccl/blob/571f2fc3bc53cd710e306ad43d58995c1fe4219f/docs/",
+    },
+    "composable_kernel/docs": {
+        "vendor": "amd",
+        "source_url": "https://github.com/ROCm/composable_kernel/blob/8e22e1ae31bbf7086f69d8724e027676791d351a/docs/",
+    },
+}
 # How each folder of the third-party-style fixture is ingested: as an engineer would, with a vendor and
 # the URL the folder is published at, and (like the real ROCm tree) without device tags.
 VENDOR_FOLDERS: dict[str, dict] = {
@@ -53,10 +69,26 @@ console = Console()
 
 def doc_key(source: str) -> str:
     """How a question names a document: the hwdocs stem, or the fixture path without its suffix."""
-    marker = "/vendor_docs/"
-    if marker in source:
-        return str(Path(source.split(marker, 1)[1]).with_suffix(""))
+    for marker in ("/vendor_docs/", "/thirdparty-docs/"):
+        if marker in source:
+            return str(Path(source.split(marker, 1)[1]).with_suffix(""))
     return Path(source).stem
+
+
+def third_party(question: dict) -> bool:
+    """A question whose expected passage is in a document nobody here wrote (not a shipped hwdoc)."""
+    return "/" in question["expected"]
+
+
+def passage_matches(question: dict, hit) -> bool:
+    """Whether a hit is the question's expected passage: its document, and (when the question names
+    them) a heading on its heading path and a quote in its text (case and spacing ignored)."""
+    if doc_key(hit.source) != question["expected"]:
+        return False
+    if question.get("heading") and question["heading"] not in hit.heading_path:
+        return False
+    quote = question.get("quote")
+    return not quote or " ".join(quote.lower().split()) in " ".join(hit.text.lower().split())
 
 
 def _ranked_keys(result) -> list[str]:
@@ -78,27 +110,140 @@ def ingest_vendor_docs(store, on_file=None):
     return reports
 
 
+def _rank(q: dict, result, k: int) -> tuple[Optional[int], list[str]]:
+    """The expected answer's 1-based rank in the top k (None when absent) and what was ranked: passages
+    (chunks in answer order) when the question names a heading or quote, else distinct documents."""
+    if q.get("heading") or q.get("quote"):
+        hits = list(result.documents[:k])
+        rank = next((i + 1 for i, h in enumerate(hits) if passage_matches(q, h)), None)
+        return rank, [f"{doc_key(h.source)}#{h.heading_path[-1] if h.heading_path else ''}" for h in hits]
+    keys = _ranked_keys(result)[:k]
+    return (keys.index(q["expected"]) + 1 if q["expected"] in keys else None), keys
+
+
+def _summary(ranks: list[Optional[int]]) -> dict:
+    n = len(ranks)
+    if not n:
+        return {"questions": 0}
+    return {
+        "questions": n,
+        "hit_at_1": sum(r == 1 for r in ranks) / n,
+        "recall_at_5": sum(r is not None for r in ranks) / n,
+        "mrr": sum(1.0 / r for r in ranks if r) / n,
+    }
+
+
+# (id, op, device name, arch, status, speedup, interval, transformation): measured outcomes of the
+# kind a search writes, so outcome questions have something to find (ids as thirdparty_questions.jsonl
+# names them). Decoys sit beside each answer: a slower win, a failure, other devices and ops.
+_OUTCOMES: list[tuple] = [
+    ("ln-mi300x-a", "layernorm", "AMD Instinct MI300X", "gfx942", "passed", 1.8, (1.7, 1.9), "rows_per_program=4"),
+    ("ln-mi300x-b", "layernorm", "AMD Instinct MI300X", "gfx942", "passed", 2.4, (2.3, 2.5), "single_pass=true"),
+    ("ln-mi300x-fail", "layernorm", "AMD Instinct MI300X", "gfx942", "incorrect", None, None, "one_pass_variance"),
+    ("ln-h100", "layernorm", "NVIDIA H100 80GB HBM3", "sm_90", "passed", 3.0, (2.9, 3.1), "rows_per_program=2"),
+    ("sm-h200-fast", "softmax", "NVIDIA H200", "sm_90", "passed", 1.6, (1.5, 1.7), "online_softmax=true"),
+    ("sm-h200-slow", "softmax", "NVIDIA H200", "sm_90", "passed", 0.92, (0.90, 0.95), "num_warps=16"),
+    ("sm-h200-fail", "softmax", "NVIDIA H200", "sm_90", "incorrect", None, None, "no_max_subtraction"),
+    ("sm-a100", "softmax", "NVIDIA A100-SXM4-80GB", "sm_80", "passed", 1.4, (1.3, 1.5), "rows_per_program=2"),
+    ("sm-a100-noise", "softmax", "NVIDIA A100-SXM4-80GB", "sm_80", "passed", 1.02, (0.97, 1.07), "num_warps=8"),
+    ("rms-h100-a", "rmsnorm", "NVIDIA H100 80GB HBM3", "sm_90", "passed", 1.5, (1.4, 1.6), "rows_per_program=1"),
+    ("rms-h100-b", "rmsnorm", "NVIDIA H100 80GB HBM3", "sm_90", "passed", 2.1, (2.0, 2.2), "rows_per_program=4"),
+    ("rms-cpu", "rmsnorm", "x86 CPU", "cpu", "correctness_only", None, None, "rows_per_program=4"),
+    ("mm-mi300x-fast", "matmul_epilogue", "AMD Instinct MI300X", "gfx942", "passed", 1.3, (1.2, 1.4), "BLOCK_K=64"),
+    ("mm-mi300x-slow", "matmul_epilogue", "AMD Instinct MI300X", "gfx942", "passed", 0.8, (0.75, 0.85), "split_k=4"),
+]
+
+
+def synthetic_outcomes() -> list:
+    from store.records import OutcomeRecord
+
+    rows = []
+    for i, (oid, op, device, arch, status, speedup, interval, transformation) in enumerate(_OUTCOMES):
+        low, high = interval if interval else (None, None)
+        rows.append(
+            OutcomeRecord(
+                outcome_id=oid,
+                op_family=op,
+                problem_id="p-" + op,
+                device_name=device,
+                arch=arch,
+                shape_bucket="M>=4096,N=4096..8191",
+                dtype="bfloat16",
+                transformation=transformation,
+                candidate_id="c-" + oid,
+                baseline="eager",
+                speedup=speedup,
+                speedup_low=low,
+                speedup_high=high,
+                latency_ms_p50=None if speedup is None else 0.1 / speedup,
+                status=status,
+                triton_version="3.4.0",
+                torch_version="2.8.0",
+                evidence_eval_ids=(f"ev-{oid}",),
+                summary=f"{transformation} for {op} on {device}: {speedup}x ({status})",
+                created_at=f"2026-11-{1 + i:02d}T00:00:00+00:00",
+            )
+        )
+    return rows
+
+
+def ingest_thirdparty_docs(store, on_file=None):
+    """The real CCCL and Composable Kernel docs (THIRDPARTY_DOCS), as an engineer would ingest them: a
+    vendor and the commit's URL, no device tags; plus the synthetic outcomes."""
+    from knowledge.ingest import IngestOptions, ingest_paths
+
+    if not THIRDPARTY_DOCS.is_dir():
+        raise FileNotFoundError(f"no third-party docs at {THIRDPARTY_DOCS} (set KSCOUT_THIRDPARTY_DOCS)")
+    reports = []
+    for folder, opts in THIRDPARTY_FOLDERS.items():
+        reports.append(ingest_paths(store, [THIRDPARTY_DOCS / folder], IngestOptions(**opts), on_file))
+    known = {o.outcome_id for o in store.outcomes(limit=10_000)}
+    for o in synthetic_outcomes():
+        if o.outcome_id not in known:
+            store.add_outcome(o)
+    return reports
+
+
+def load_questions(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
 def evaluate(store, questions: list[dict], k: int = 5) -> dict:
-    """recall@k and MRR over distinct documents, excerpt hits, misses; questions as in the jsonl files."""
+    """hit@1, recall@k and MRR (overall, third-party passages only, op-and-device questions), excerpt
+    hits, outcome hits, misses; questions as in the jsonl files. A question naming a heading or quote
+    is scored on passages, in the order `ask` (k=k) shows them; one naming only a document is scored
+    on distinct documents. An op-and-device question (kind "op-device") counts as a miss unless its
+    passage is in the top 3; an outcome question ("outcome": id) wants that outcome listed first."""
     from knowledge.aliases import canonical_devices, normalize_op, parse_query
     from knowledge.retrieve import ask
 
-    hits = lenient_hits = excerpt_hits = with_answer = 0
-    rr = 0.0
-    misses, alias_misses, excerpt_misses = [], [], []
+    lenient_hits = excerpt_hits = with_answer = 0
+    outcome_hits = with_outcome = 0
+    ranks: list[Optional[int]] = []
+    misses, alias_misses, excerpt_misses, top3_misses, outcome_misses = [], [], [], [], []
     latencies = []
     for q in questions:
+        passage = bool(q.get("heading") or q.get("quote"))
         t = time.perf_counter()
-        result = ask(store, q["question"], k=2 * k)
+        result = ask(store, q["question"], k=k if passage else 2 * k)
         latencies.append(time.perf_counter() - t)
+        rank, shown_keys = _rank(q, result, k)
         keys = _ranked_keys(result)[:k]
-        rank = keys.index(q["expected"]) + 1 if q["expected"] in keys else None
+        ranks.append(rank)
         also = set(q.get("also", ()))
-        hits += rank is not None
         lenient_hits += rank is not None or bool(also & set(keys))
-        rr += 1.0 / rank if rank else 0.0
         if rank is None:
-            misses.append((q["question"], q["expected"], ", ".join(keys)))
+            misses.append(
+                (q["question"], q["expected"] + (f"#{q['heading']}" if q.get("heading") else ""), ", ".join(shown_keys))
+            )
+        if q.get("kind") == "op-device" and (rank is None or rank > 3):
+            top3_misses.append((q["question"], q["expected"], str(rank)))
+        if q.get("outcome"):
+            with_outcome += 1
+            first = result.outcomes[0].outcome_id if result.outcomes else "(none)"
+            outcome_hits += first == q["outcome"]
+            if first != q["outcome"]:
+                outcome_misses.append((q["question"], q["outcome"], first))
         if q.get("answer"):
             with_answer += 1
             shown = [h.excerpt for h in result.documents if doc_key(h.source) == q["expected"]][:2]
@@ -113,14 +258,24 @@ def evaluate(store, questions: list[dict], k: int = 5) -> dict:
         if q.get("op") and normalize_op(q["op"]) not in facets.ops:
             alias_misses.append((q["question"], f"op {q['op']}", str(list(facets.ops))))
     n = len(questions)
+    overall = _summary(ranks)
+    tp = _summary([r for q, r in zip(questions, ranks) if third_party(q)])
+    od = [r for q, r in zip(questions, ranks) if q.get("kind") == "op-device"]
     return {
-        "questions": n,
-        "recall_at_5": hits / n,
+        **overall,
         "recall_at_5_with_also": lenient_hits / n,
-        "mrr": rr / n,
+        "third_party_questions": tp["questions"],
+        "third_party_hit_at_1": tp.get("hit_at_1"),
+        "third_party_recall_at_5": tp.get("recall_at_5"),
+        "third_party_mrr": tp.get("mrr"),
+        "op_device_questions": len(od),
+        "op_device_in_top_3": sum(r is not None and r <= 3 for r in od) / len(od) if od else None,
+        "outcome_first": outcome_hits / with_outcome if with_outcome else None,
         "excerpt_shows_answer": excerpt_hits / with_answer if with_answer else None,
         "ask_ms_p50": 1e3 * statistics.median(latencies),
         "_misses": misses,
+        "_top3_misses": top3_misses,
+        "_outcome_misses": outcome_misses,
         "_alias_misses": alias_misses,
         "_excerpt_misses": excerpt_misses,
     }
@@ -135,7 +290,9 @@ def _print_eval(title: str, out: dict) -> None:
             table.add_row(key, f"{value:.3f}" if isinstance(value, float) else str(value))
     console.print(table)
     for key, head, cols in (
-        ("_misses", "misses (expected not in the top 5 documents)", ("question", "expected", "got")),
+        ("_misses", "misses (expected not in the top 5)", ("question", "expected", "got")),
+        ("_top3_misses", "op-and-device questions whose passage is not in the top 3", ("question", "expected", "rank")),
+        ("_outcome_misses", "outcome questions whose outcome is not first", ("question", "expected", "first")),
         (
             "_alias_misses",
             "facets the question set names but the alias parser missed",
@@ -152,15 +309,32 @@ def _print_eval(title: str, out: dict) -> None:
             console.print(t)
 
 
-def quality(store_dir: Optional[Path] = None, k: int = 5) -> dict:
-    """Both question sets over one store holding the shipped hwdocs and the third-party-style fixture."""
+def quality_thirdparty(store_dir: Optional[Path] = None, k: int = 5) -> dict:
+    """The question set over the real third-party docs: a store of the shipped hwdocs, CCCL, Composable
+    Kernel and the synthetic outcomes (`store_dir` is reused: unchanged files are skipped)."""
     from knowledge.ingest import ingest_builtin
     from store import Store
 
-    sets = {
-        "shipped": [json.loads(line) for line in QUESTIONS.read_text().splitlines() if line.strip()],
-        "third-party": [json.loads(line) for line in VENDOR_QUESTIONS.read_text().splitlines() if line.strip()],
-    }
+    questions = load_questions(THIRDPARTY_QUESTIONS)
+    with tempfile.TemporaryDirectory(prefix="kscout-bench-") as tmp, Store.open(store_dir or Path(tmp)) as store:
+        t0 = time.perf_counter()
+        reports = [ingest_builtin(store)] + ingest_thirdparty_docs(store)
+        ingest_s = time.perf_counter() - t0
+        files = [f for r in reports for f in r.files]
+        out = evaluate(store, questions, k)
+        out["ingest_chunks"] = sum(f.chunks for f in files)
+        out["ingest_s"] = ingest_s
+    _print_eval(f"retrieval quality: CCCL + Composable Kernel questions ({len(questions)})", out)
+    return out
+
+
+def quality(store_dir: Optional[Path] = None, k: int = 5, thirdparty_store: Optional[Path] = None) -> dict:
+    """The shipped and fixture sets over one store (shipped hwdocs and the third-party-style fixture);
+    then the set over the real third-party docs, in a store of its own, where those docs are present."""
+    from knowledge.ingest import ingest_builtin
+    from store import Store
+
+    sets = {"shipped": load_questions(QUESTIONS), "third-party": load_questions(VENDOR_QUESTIONS)}
     results: dict = {}
     with tempfile.TemporaryDirectory(prefix="kscout-bench-") as tmp, Store.open(store_dir or Path(tmp)) as store:
         t0 = time.perf_counter()
@@ -175,6 +349,10 @@ def quality(store_dir: Optional[Path] = None, k: int = 5) -> dict:
             results[name] = evaluate(store, questions, k)
             _print_eval(f"retrieval quality: {name} questions ({len(questions)})", results[name])
     console.print(f"ingest: {results['ingest']}")
+    if THIRDPARTY_DOCS.is_dir():
+        results["cccl+ck"] = quality_thirdparty(thirdparty_store, k)
+    else:
+        console.print(f"[yellow]no third-party docs at {THIRDPARTY_DOCS}: that question set is left out[/]")
     return results
 
 
@@ -505,9 +683,93 @@ def latency(n_docs: int = 250, sections: int = 12, n_questions: int = 20, store_
     return out
 
 
+# -- BM25: ours against bm25s ---------------------------------------------------------------------------
+
+
+def _bm25_texts(n: int, seed: int = 0) -> list[str]:
+    """n chunk-sized texts (~1,000 characters) of real prose from the shipped notes and the fixture."""
+    import random
+
+    rng = random.Random(seed)
+    pool = _paragraph_pool()
+    return [" ".join(rng.sample(pool, 3))[:1000] for _ in range(n)]
+
+
+def _measure_bm25(impl: str, n: int, queries: list[str]) -> dict:
+    """Index time, median full-scoring query time and peak traced memory of one implementation (run in
+    a fresh process by `bm25_compare`, so neither pays for the other's imports or allocations)."""
+    import tracemalloc
+
+    from knowledge.bm25 import BM25Index, tokenize
+
+    texts = _bm25_texts(n)
+    t0 = time.perf_counter()
+    if impl == "bm25s":
+        import bm25s  # type: ignore[import-not-found]
+
+    import_s = time.perf_counter() - t0
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    if impl == "bm25s":
+        index = bm25s.BM25(k1=1.2, b=0.75)  # same parameters as ours; lucene idf
+        index.index([tokenize(t) for t in texts], show_progress=False)
+        score = lambda q: index.get_scores(tokenize(q))  # noqa: E731
+    else:
+        ours = BM25Index(texts)
+        score = ours.scores
+    index_s = time.perf_counter() - t0
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    for q in queries[:3]:
+        score(q)
+    times = []
+    for q in queries:
+        t = time.perf_counter()
+        score(q)
+        times.append(time.perf_counter() - t)
+    return {
+        "impl": impl,
+        "chunks": n,
+        "import_s": import_s,
+        "index_s": index_s,
+        "query_ms_p50": 1e3 * statistics.median(times),
+        "index_peak_mb": peak / 2**20,
+    }
+
+
+def bm25_compare(sizes: tuple[int, ...] = (3_000, 30_000)) -> list[dict]:
+    """knowledge.bm25 against bm25s (when installed) on the same tokens: index build, a full score
+    vector per query (what `rank_chunks` uses), peak memory while indexing, and import time."""
+    import subprocess
+    import sys
+
+    rows = []
+    for n in sizes:
+        for impl in ("ours", "bm25s"):
+            code = (
+                "import json, sys; from knowledge.bench import _measure_bm25, LATENCY_QUESTIONS; "
+                f"print(json.dumps(_measure_bm25({impl!r}, {n}, LATENCY_QUESTIONS * 3)))"
+            )
+            proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+            if proc.returncode != 0:
+                console.print(f"[yellow]{impl} at {n}: {proc.stderr.strip().splitlines()[-1]}[/]")
+                continue
+            rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    table = Table(title="BM25: knowledge.bm25 against bm25s (same tokens, k1=1.2, b=0.75)")
+    for col in ("impl", "chunks", "import_s", "index_s", "query_ms_p50", "index_peak_mb"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(*(f"{v:.3f}" if isinstance(v, float) else str(v) for v in r.values()))
+    console.print(table)
+    return rows
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m knowledge.bench")
-    parser.add_argument("what", choices=("quality", "latency", "scale", "all"))
+    parser.add_argument("what", choices=("quality", "thirdparty", "latency", "scale", "bm25", "all"))
+    parser.add_argument(
+        "--thirdparty-store", type=Path, default=None, help="quality/thirdparty: reuse this store for CCCL + CK"
+    )
     parser.add_argument("--docs", type=int, default=250, help="latency: vendor-style pages to generate")
     parser.add_argument("--sections", type=int, default=12, help="latency: sections (about one chunk each) per page")
     parser.add_argument(
@@ -528,7 +790,11 @@ def main(argv: Optional[list[str]] = None) -> None:
 
         torch.set_num_threads(args.threads)
     if args.what in ("quality", "all"):
-        quality(args.store)
+        quality(args.store, thirdparty_store=args.thirdparty_store)
+    if args.what == "bm25":
+        bm25_compare()
+    if args.what == "thirdparty":
+        quality_thirdparty(args.thirdparty_store)
     if args.what in ("latency", "all"):
         latency(args.docs, args.sections, store_dir=args.store)
     if args.what in ("scale", "all"):
