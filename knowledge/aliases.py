@@ -122,6 +122,33 @@ OP_RELATIVES: dict[str, tuple[str, ...]] = {
     "swiglu": ("geglu",),
 }
 
+# How each op family is scheduled (the design's schedule kinds): a norm, a softmax or a row sum is a
+# row-wise kernel, a matmul a contraction, a gated activation pointwise. A passage on a device's row-wise
+# kernels answers a layernorm question about that device though it never names a norm.
+OP_SCHEDULE: dict[str, str] = {
+    "layernorm": "rowwise",
+    "rmsnorm": "rowwise",
+    "add_rmsnorm": "rowwise",
+    "softmax": "rowwise",
+    "log_softmax": "rowwise",
+    "cross_entropy": "rowwise",
+    "row_sum": "rowwise",
+    "matmul_epilogue": "contraction",
+    "swiglu": "pointwise",
+    "geglu": "pointwise",
+}
+
+# Words that name a schedule kind without naming an op family.
+_SCHEDULE_PATTERNS: list[tuple[str, str]] = [
+    (
+        r"row[\s_-]?wise|per[\s-]row|rows?[\s_-]per[\s_-]program|one[\s-]row|norms?|normali[sz]ations?|"
+        r"(?:cross[\s-](?:lane|warp|wavefront)[\s-])?reduc(?:e|es|ing|tions?)",
+        "rowwise",
+    ),
+    (r"contractions?|mfma|wgmma|mma|tensor[\s-]cores?|matrix[\s-]cores?", "contraction"),
+    (r"element[\s_-]?wise|point[\s_-]?wise|activations?", "pointwise"),
+]
+
 _VENDOR_PATTERNS: list[tuple[str, str]] = [
     (r"nvidia|cuda|ptx", "nvidia"),
     (r"amd|rocm|hip|instinct", "amd"),
@@ -151,6 +178,7 @@ _DEVICES = [(_compile(p), d) for p, d in _DEVICE_PATTERNS]
 _DEVICES_NAME_ONLY = [(_compile(p), d) for p, d in _DEVICE_NAME_ONLY]
 _OPS = [(_compile(p, cs), o) for p, o, cs in _OP_PATTERNS]
 _VENDORS = [(_compile(p), v) for p, v in _VENDOR_PATTERNS]
+_SCHEDULES = [(_compile(p), k) for p, k in _SCHEDULE_PATTERNS]
 _DTYPES = [(_compile(p), d) for p, d in _DTYPE_PATTERNS]
 
 
@@ -215,6 +243,14 @@ def normalize_op(op: str) -> str:
 
 def op_with_relatives(op: str) -> tuple[str, ...]:
     return (op,) + OP_RELATIVES.get(op, ())
+
+
+def schedule_kinds(text: str) -> frozenset[str]:
+    """Schedule kinds a passage is about: those of the op families it names, and those it names
+    outright ("row-wise kernels", "MFMA")."""
+    kinds = {OP_SCHEDULE[o] for o in canonical_ops(text) if o in OP_SCHEDULE}
+    kinds.update(_scan(text, _SCHEDULES))
+    return frozenset(kinds)
 
 
 def document_ops(op_families: Iterable[str]) -> frozenset[str]:

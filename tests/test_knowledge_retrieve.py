@@ -331,14 +331,41 @@ def test_rank_chunks_keeps_the_first_of_each_ranking_and_caps_chunks_per_documen
 def test_a_device_boost_breaks_ties_but_never_beats_relevance(store):
     from knowledge import retrieve
 
-    result = ask(store, "numerically stable softmax with max subtraction on the MI300X", k=4)
+    # A device and no op: no passage is lifted by both facets, so the small boost alone applies.
+    result = ask(store, "how to keep exp from overflowing with max subtraction on the MI300X", k=4)
     stems = [Path(d.source).stem for d in result.documents]
-    assert stems[0] == "constraint-softmax-logsumexp"  # relevant, names no device
     assert not {"nvidia-h100", "nvidia-h200", "amd-mi250x"} & set(stems)
     for upper, lower in zip(result.documents, result.documents[1:]):
         boost = lambda h: retrieve.DEVICE_BOOST * h.matched_device + retrieve.OP_BOOST * h.matched_op  # noqa: E731
         # what lifted a chunk above another is at most the boost: relevance decides beyond that margin
         assert (upper.score - boost(upper)) >= (lower.score - boost(lower)) - retrieve.MAX_BOOST
+
+
+@pytest.mark.parametrize(
+    "question",
+    ["what worked on MI300 for layernorm", "num_warps for rmsnorm on H200", "softmax tuning on the A100"],
+)
+def test_passages_about_the_op_and_the_device_come_before_passages_about_one(store, question):
+    hits = ask(store, question, k=6).documents
+    both = [h.matched_device and h.matched_op for h in hits]
+    assert both[0], [(Path(h.source).stem, h.heading_path[-1]) for h in hits]
+    assert both == sorted(both, reverse=True)  # no single-facet passage above a two-facet one
+
+
+def test_what_worked_on_mi300_for_layernorm_leads_with_the_mi300_row_wise_section(store):
+    # The section never says "layernorm": a norm is a row-wise kernel (aliases.OP_SCHEDULE).
+    hit = ask(store, "what worked on MI300 for layernorm", k=5).documents[0]
+    assert (Path(hit.source).stem, hit.heading_path[-1]) == ("amd-mi300x", "Row-wise kernels")
+
+
+def test_schedule_kinds_name_row_wise_and_contraction_passages():
+    from knowledge.aliases import schedule_kinds
+
+    assert schedule_kinds("Tuning Triton kernels on MI300X > Row-wise kernels") == {"rowwise"}
+    assert schedule_kinds("LayerNorm numerics") == {"rowwise"}
+    assert schedule_kinds("MFMA throughput > Matmul") == {"contraction"}
+    assert schedule_kinds("SwiGLU gate") == {"pointwise"}
+    assert schedule_kinds("Identity and variants") == frozenset()
 
 
 def test_the_excerpt_shows_the_sentence_that_matched_with_its_number(store):
@@ -384,10 +411,13 @@ def test_untagged_amd_documents_do_not_answer_nvidia_questions(mixed):
     assert all(d.vendor != "amd" for d in result.documents)  # ROCm and HIP pages name no device, yet stay out
 
 
-def test_mi300_layernorm_question_keeps_layernorm_passages_beside_the_mi300_pages(mixed):
+def test_mi300_layernorm_question_leads_with_the_row_wise_section_among_vendor_mi300_pages(mixed):
     result = ask(mixed, "what worked on MI300 for layernorm", k=5)
     assert [o.outcome_id for o in result.outcomes][:1] == ["ln-mi300x-b"]
-    assert any("layer" in d.text.lower() and "norm" in d.text.lower() for d in result.documents[:5])
+    first = result.documents[0]
+    assert (Path(first.source).stem, first.heading_path[-1]) == ("amd-mi300x", "Row-wise kernels")
+    # a layernorm passage from outside the MI300 pages stays in the answer beside them
+    assert any(d.matched_op and "mi300" not in d.source.lower() for d in result.documents[1:5])
 
 
 @pytest.mark.slow
@@ -440,3 +470,75 @@ def test_a_leader_from_a_document_at_the_cap_replaces_that_documents_weakest_chu
     # a leader from a document under the cap still takes the weakest place overall
     chosen = _select(corpus, [(0.9, 0), (0.7, 2), (0.6, 3), (0.55, 1), (0.5, 4)], k=3, cap=2, leaders={4})
     assert [row for _, row in chosen] == [0, 2, 4]
+
+
+def test_the_cap_per_document_gives_way_to_passages_as_good_as_the_best():
+    from types import SimpleNamespace
+
+    from knowledge.retrieve import CAP_MARGIN, _select
+
+    docs = {0: "a", 1: "a", 2: "a", 3: "b", 4: "c"}
+    corpus = SimpleNamespace(chunks={row: SimpleNamespace(document_id=d) for row, d in docs.items()})
+    close = [(0.9, 0), (0.9 - CAP_MARGIN / 2, 1), (0.9 - CAP_MARGIN, 2), (0.5, 3), (0.4, 4)]
+    assert [row for _, row in _select(corpus, close, k=4, cap=2, leaders=set())] == [0, 1, 2, 3]
+    # a third chunk of the same document that is clearly behind the best still gives way
+    far = [(0.9, 0), (0.85, 1), (0.6, 2), (0.5, 3), (0.4, 4)]
+    assert [row for _, row in _select(corpus, far, k=4, cap=2, leaders=set())] == [0, 1, 3, 4]
+
+
+# -- the question set over real third-party docs (../shared/thirdparty-docs, never copied here) --------
+
+
+@pytest.fixture(scope="module")
+def thirdparty(hwdocs_store_template, tmp_path_factory):
+    from knowledge.bench import THIRDPARTY_DOCS, ingest_thirdparty_docs
+
+    if not THIRDPARTY_DOCS.is_dir():
+        pytest.skip(f"third-party docs not present at {THIRDPARTY_DOCS} (a clone without ../shared)")
+    home = copy_of(hwdocs_store_template, tmp_path_factory, "thirdparty")
+    with Store.open(home) as store:
+        reports = ingest_thirdparty_docs(store)
+        assert not [f for r in reports for f in r.files if f.status.value == "failed"]
+        yield store
+
+
+@pytest.fixture(scope="module")
+def thirdparty_scores(thirdparty):
+    from knowledge.bench import THIRDPARTY_QUESTIONS, evaluate, load_questions
+
+    return evaluate(thirdparty, load_questions(THIRDPARTY_QUESTIONS))
+
+
+def test_the_thirdparty_question_set_names_passages_that_exist():
+    from types import SimpleNamespace
+
+    from knowledge.bench import THIRDPARTY_QUESTIONS, load_questions, passage_matches
+
+    questions = load_questions(THIRDPARTY_QUESTIONS)
+    assert len(questions) >= 40
+    assert sum(q.get("kind") == "op-device" for q in questions) >= 8
+    assert sum(bool(q.get("outcome")) for q in questions) >= 4
+    assert all(q.get("heading") or q.get("quote") for q in questions)  # each names a passage, not a file
+    hit = SimpleNamespace(
+        source="/x/thirdparty-docs/cccl/docs/cccl/tma.rst",
+        heading_path=("Tensor Memory Accelerator (TMA)",),
+        text="available on  Hopper (SM90)",
+    )
+    assert passage_matches({"expected": "cccl/docs/cccl/tma", "quote": "Available on Hopper"}, hit)
+    assert not passage_matches({"expected": "cccl/docs/cccl/tma", "heading": "Other"}, hit)
+
+
+@pytest.mark.slow
+def test_thirdparty_questions_hold_the_measured_ranking(thirdparty_scores):
+    out = thirdparty_scores
+    # Measured 2026-12-05 (this change): hit@1 0.64, recall@5 0.78, MRR 0.70; before it 0.58, 0.70, 0.63.
+    assert out["hit_at_1"] >= 0.62 and out["mrr"] >= 0.68 and out["recall_at_5"] >= 0.76, out["_misses"]
+    assert out["outcome_first"] == 1.0, out["_outcome_misses"]
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="issue 27 item 2 goals not met yet: hit@1 0.64, MRR 0.70, op-device top-3 3/9")
+def test_thirdparty_questions_meet_the_issue_goals(thirdparty_scores):
+    out = thirdparty_scores
+    assert out["hit_at_1"] >= 0.85 and out["mrr"] >= 0.9
+    assert out["op_device_in_top_3"] == 1.0, out["_top3_misses"]
