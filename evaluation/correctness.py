@@ -611,6 +611,8 @@ class CorrectnessRun:
                     dtype=case.dtype,
                     state=states[index],
                     trials=self.plans[index],
+                    atol=self.info.tolerances[case.dtype].atol,
+                    rtol=self.info.tolerances[case.dtype].rtol,
                     **extra,
                 )
             )
@@ -727,24 +729,34 @@ class CorrectnessRun:
 
     def accounted(self, stage: Stage):
         """The compute accounting's verdict from the profiled kernels (on a GPU), or None if clean;
-        and the hybrid ops either the watch or the profiler saw."""
+        the hybrid ops either the watch or the profiler saw; PyTorch compute's share of the profiled
+        device time (None where nothing was profiled: the CPU)."""
         from evaluation.accounting import classify, triton_functions
 
         acc = self.accounting
         if acc is None:
-            return None, set()
+            return None, set(), None
         result = classify(
-            acc.profiled, triton_functions(self.source), self.refs.allowed_torch_ops(), acc.torch_epilogue
+            acc.profiled,
+            triton_functions(self.source),
+            self.refs.allowed_torch_ops(),
+            acc.torch_epilogue,
+            acc.hybrid_ops,
         )
         hybrid = set(acc.hybrid_ops) | result.hybrid_ops
+        fraction = result.torch_fraction if hybrid else None
         if result.foreign:
-            return dict(
-                status=Status.rejected,
-                failed_stage=stage,
-                error_class="TorchCompute",
-                message=result.message("forward"),
-            ), hybrid
-        return None, hybrid
+            return (
+                dict(
+                    status=Status.rejected,
+                    failed_stage=stage,
+                    error_class="TorchCompute",
+                    message=result.message("forward"),
+                ),
+                hybrid,
+                fraction,
+            )
+        return None, hybrid, fraction
 
     def judged_trials(self) -> int:
         """How many trial outputs the parent has judged so far (progress a slow interpreter still made)."""

@@ -113,13 +113,55 @@ def _storages(value) -> list[int]:
     return [t.untyped_storage().data_ptr() for t in items if isinstance(t, torch.Tensor)]
 
 
+def _tensors(*trees) -> list:
+    """Every tensor in nested args (torch.cat takes a list of them)."""
+    import torch
+    from torch.utils._pytree import tree_leaves
+
+    return [t for t in tree_leaves(trees) if isinstance(t, torch.Tensor)]
+
+
+# The work rule (issue 25): values are followed by storage through a forward. A storage is `fed` once a
+# Triton launch leaves in it a value that PyTorch did not already have; a torch op that reads a fed
+# storage makes its result fed. `Shadows` are samples of the values PyTorch had without Triton: the
+# inputs, the parameters, and every result of a PyTorch compute op that read nothing fed.
+WORK_SAMPLES = 64  # elements sampled, evenly spaced over the flattened tensor
+WATCH_LABEL = "kscout.watch"  # profiler label of the watch's own ops (not the candidate's device time)
+
+
+def sample(t):
+    """WORK_SAMPLES values of `t` as float64 on the host, or None where they say nothing: fewer than
+    two elements, or one value repeated (an edge case's constant answer matches any constant)."""
+    import torch
+
+    n = t.numel()
+    if n < 2 or t.is_complex() or t.device.type == "meta":
+        return None
+    k = min(n, WORK_SAMPLES)
+    flat = torch.arange(k, device=t.device) * (n - 1) // (k - 1)
+    vals = t.detach()[torch.unravel_index(flat, t.shape)].to(torch.float64).cpu()
+    if bool(((vals == vals[0]) | (vals.isnan() & vals[0].isnan())).all()):
+        return None
+    return vals
+
+
+def same_values(a, b, atol: float, rtol: float) -> bool:
+    """Two samples agree within `atol + rtol * |b|` (NaN with NaN, an infinity with itself)."""
+    ok = ((a - b).abs() <= atol + rtol * b.abs()) | (a.isnan() & b.isnan()) | (a == b)
+    return bool(ok.all())
+
+
 class ComputeWatch(TorchDispatchMode):
-    """Counts every aten op in forward that is not allocation, view, copy or fill, except the
-    problem's ALLOWED_TORCH_OPS (a hybrid kernel, labelled) and the small epilogue (labelled).
+    """Names every aten op in forward that is not allocation, view, copy, fill or arithmetic on sizes:
+    PyTorch compute, which makes the candidate a hybrid (labelled, not refused), except the small
+    epilogue (labelled apart).
 
     For the epilogue it follows storages: the forward's inputs and the model's parameters are
     `tainted`, and so is whatever is copied from them; a Triton output is a storage the forward
-    allocated, passed to a Triton launch, and never filled from a tainted one."""
+    allocated, passed to a Triton launch, and never filled from a tainted one.
+
+    With `judge_work` it also follows values for the work rule (`work_problem`): which storages hold
+    Triton's work (`fed`), and samples of what PyTorch computed without it (`shadows`)."""
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
@@ -127,18 +169,40 @@ class ComputeWatch(TorchDispatchMode):
         # torch._dynamo (seconds, and it rebinds torch.manual_seed). No compile runs under this mode.
         return False
 
-    def __init__(self, allowed_torch_ops=(), counter: "LaunchCounter | None" = None, inputs=(), params=()) -> None:
+    def __init__(
+        self,
+        allowed_torch_ops=(),
+        counter: "LaunchCounter | None" = None,
+        inputs=(),
+        params=(),
+        *,
+        judge_work: bool = False,
+        atol: float = 0.0,
+        rtol: float = 0.0,
+    ) -> None:
         import torch
 
         super().__init__()
-        self.flagged: Counter[str] = Counter()
+        self.flagged: Counter[str] = Counter()  # PyTorch compute ops, by overload, with their counts
         self.hybrid: set[str] = set()
         self.epilogue: set[str] = set()
         self.allowed = frozenset(aten_name(op) for op in allowed_torch_ops)
         self.counter = counter
         tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
         self.tainted = set(_storages(tensors)) | set(_storages(list(params)))
+        self.sources = frozenset(self.tainted)  # the inputs' and parameters' own storages
         self.derived: set[int] = set()
+        self.judge_work, self.atol, self.rtol = judge_work and counter is not None, atol, rtol
+        self.fed: set[int] = set()
+        self.shadows: list[tuple[int, int, Any, str]] = []  # (numel, storage, sample, what PyTorch had)
+        self.copies: list[str] = []  # Triton launches that left only a value PyTorch had
+        if self.judge_work:
+            assert counter is not None
+            counter.observer = self.on_launch
+            for i, t in enumerate(tensors):
+                self._shadow(t, f"input {i}")
+            for t in params:
+                self._shadow(t, "a parameter")
         largest = max(tensors, key=lambda t: t.numel(), default=None)
         self.limit = (
             0
@@ -149,24 +213,113 @@ class ComputeWatch(TorchDispatchMode):
             )
         )
 
+    def __exit__(self, *exc):
+        if self.judge_work and self.counter is not None and self.counter.observer == self.on_launch:
+            self.counter.observer = None
+        return super().__exit__(*exc)
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = func.overloadpacket.__name__
-        if name in self.allowed:
-            self.hybrid.add(name)
-        elif name in EPILOGUE_OPS and self.epilogue_ok(args, kwargs):
+        reads = {t.untyped_storage().data_ptr() for t in _tensors(args, kwargs)} if self.judge_work else set()
+        compute = False
+        if name in EPILOGUE_OPS and name not in self.allowed and self.epilogue_ok(args, kwargs):
             self.epilogue.add(name.rstrip("_"))
             out = func(*args, **kwargs)
             self.derived.update(_storages(out))
+            self._follow(reads, out, False)
             return out
-        elif name not in ALLOWED_OPS and not self.size_arithmetic(args, kwargs):
+        elif name in self.allowed or (name not in ALLOWED_OPS and not self.size_arithmetic(args, kwargs)):
             self.flagged[str(func)] += 1
+            self.hybrid.add(name)
+            compute = True
         out = func(*args, **kwargs)
         if name == "copy_" and len(args) >= 2 and set(_storages(args[1])) & self.tainted:
             self.tainted.update(_storages(args[0]))
         elif name in COPY_OPS and set(_storages(list(args))) & self.tainted:
             self.tainted.update(_storages(out))
+        self._follow(reads, out, compute, str(func))
         return out
+
+    # -- the work rule ------------------------------------------------------------------------------
+    def _shadow(self, t, what: str) -> None:
+        import torch
+
+        with torch.profiler.record_function(WATCH_LABEL):
+            vals = sample(t)
+        if vals is not None:
+            self.shadows.append((t.numel(), t.untyped_storage().data_ptr(), vals, what))
+
+    def _match(self, t, vals, *, computed_only: bool = False) -> tuple[int, str] | None:
+        """The first value PyTorch had that `t`'s sample equals: (its storage, what it was)."""
+        for numel, storage, shadow, what in self.shadows:
+            if computed_only and not what.startswith("aten."):
+                continue
+            if numel == t.numel() and same_values(vals, shadow, self.atol, self.rtol):
+                return storage, what
+        return None
+
+    def _follow(self, reads: set[int], out, compute: bool, op: str = "") -> None:
+        """After one torch op: its results are fed if it read anything fed; a fresh allocation that
+        read nothing fed holds no Triton work; a compute result that read nothing fed is a shadow."""
+        if not self.judge_work:
+            return
+        fed = bool(reads & self.fed)
+        for t in _tensors(out):
+            storage = t.untyped_storage().data_ptr()
+            if fed:
+                self.fed.add(storage)
+            elif storage not in reads:
+                self.fed.discard(storage)
+            if compute and not fed:
+                self._shadow(t, op.replace("aten::", "aten.") if op.startswith("aten") else f"aten.{op}")
+
+    def on_launch(self, args) -> None:
+        """After a Triton launch (LaunchCounter calls it): each tensor it was given, other than an input or
+        a parameter (never written: MutatedInput), is fed unless it now holds only a value PyTorch had."""
+        import torch
+        from torch.utils._python_dispatch import _disable_current_modes
+
+        with _disable_current_modes(), torch.profiler.record_function(WATCH_LABEL):
+            seen: set[int] = set()
+            for t in _tensors(args):
+                storage = t.untyped_storage().data_ptr()
+                if storage in self.sources or storage in seen:
+                    continue
+                seen.add(storage)
+                vals = sample(t)
+                match = self._match(t, vals) if vals is not None else None
+                if match is None:
+                    self.fed.add(storage)
+                    continue
+                self.fed.discard(storage)
+                if match[0] != storage:
+                    self.copies.append(match[1])
+
+    def work_problem(self, out) -> str | None:
+        """Why the candidate's Triton kernels did not do this forward's work, or None. Judged only where
+        PyTorch computed something (a forward without PyTorch compute has nothing else doing the work):
+        every non-empty output must hold Triton's work, and must not equal what PyTorch computed alone."""
+        if not self.judge_work or not self.flagged:
+            return None
+        import torch
+        from torch.utils._python_dispatch import _disable_current_modes
+
+        ops = ", ".join(op for op, _ in self.flagged.most_common(4))
+        items = out if type(out) in (tuple, list) else [out]
+        with _disable_current_modes(), torch.profiler.record_function(WATCH_LABEL):
+            for k, t in enumerate(items):
+                if not isinstance(t, torch.Tensor) or t.numel() == 0:
+                    continue
+                where = f"output {k}" if len(items) > 1 else "the output"
+                if t.untyped_storage().data_ptr() not in self.fed:
+                    copied = f"; a Triton launch only copied {self.copies[0]}" if self.copies else ""
+                    return f"{where} holds no work of the Triton kernels: PyTorch computed it ({ops}){copied}"
+                vals = sample(t)
+                match = self._match(t, vals, computed_only=True) if vals is not None else None
+                if match is not None:
+                    return f"{where} equals what PyTorch computed alone ({match[1]}), before any Triton work"
+        return None
 
     def size_arithmetic(self, args, kwargs) -> bool:
         """Arithmetic on sizes, not compute: every tensor operand is an integer (or bool) tensor of at
@@ -223,6 +376,7 @@ class LaunchCounter:
         self.count = 0  # launches in the current forward (the worker resets it per call)
         self.total = 0
         self.touched: set[int] = set()  # storages passed to a launch in the current forward
+        self.observer: Any = None  # the compute watch's on_launch while it judges the work rule
         self.kernels: dict[str, dict[str, Any]] = {}
         self._compile_errors: list[BaseException] = []
         self._types = _compile_error_types()
@@ -254,6 +408,8 @@ class LaunchCounter:
                 counter.total += 1
                 counter.touched.update(_storages([a for a in list(args) + list(kwargs.values())]))
                 counter._note(kernel, result)
+                if counter.observer is not None:
+                    counter.observer((args, kwargs))
             return result
 
         return run
@@ -478,17 +634,24 @@ def profile_kernels(run, replay: bool):
         for evt in events:
             if evt.device_type != DeviceType.CPU or not evt.kernels:
                 continue
-            chain, e = [], evt
+            chain, e, mine = [], evt, False
             while e is not None:
                 if e.name.startswith("aten::"):
                     chain.append(e.name[len("aten::") :])
+                mine = mine or e.name == WATCH_LABEL  # the watch's own samples, not the candidate's work
                 e = e.cpu_parent
             for k in evt.kernels:
-                kernels.append(ProfiledKernel(name=k.name, ops=chain, replay=replay))
                 attributed[k.name] += 1
-        device = Counter(evt.name for evt in events if evt.device_type == DeviceType.CUDA)
-        for name, n in device.items():
-            kernels += [ProfiledKernel(name=name, replay=replay)] * max(0, n - attributed.get(name, 0))
+                if not mine:
+                    duration = float(getattr(k, "duration", 0.0) or 0.0)
+                    kernels.append(ProfiledKernel(name=k.name, ops=chain, replay=replay, duration_us=duration))
+        device: dict[str, list[float]] = {}
+        for evt in events:
+            if evt.device_type == DeviceType.CUDA:
+                device.setdefault(evt.name, []).append(float(evt.time_range.elapsed_us()))
+        for name, durations in device.items():
+            for duration in durations[attributed.get(name, 0) :]:
+                kernels.append(ProfiledKernel(name=name, replay=replay, duration_us=duration))
     except Exception as exc:
         return out, [], f"reading the profile: {type(exc).__name__}: {exc}"[:200]
     return out, kernels[:PROFILE_MAX_KERNELS], None

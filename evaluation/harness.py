@@ -514,13 +514,14 @@ def _judged(
     acc = run.accounting
     if acc is not None:
         seen["accounting"] = acc
-    refused, hybrid = run.accounted(Stage.correctness)
+    refused, hybrid, fraction = run.accounted(Stage.correctness)
     if acc is not None:
         common.update(
             kernels=tuple(KernelInfo(**k.model_dump()) for k in acc.kernels),
             triton_launches=acc.launches,
             torch_epilogue=tuple(acc.torch_epilogue),
             hybrid_ops=tuple(sorted(hybrid)),
+            hybrid_device_fraction=fraction,
             accounting_note=f"profiler unavailable: {acc.profiler_error}" if acc.profiler_error else None,
         )
     if refused is not None:
@@ -874,7 +875,9 @@ def _time_batch(
         acc = mine.accounting
         foreign = None
         if acc is not None:
-            foreign = classify(acc.profiled, triton_functions(source), refs.allowed_torch_ops(), acc.torch_epilogue)
+            foreign = classify(
+                acc.profiled, triton_functions(source), refs.allowed_torch_ops(), acc.torch_epilogue, acc.hybrid_ops
+            )
         if mine.wrong is not None:
             results.append(mine.wrong)
         elif foreign is not None and foreign.foreign:

@@ -100,6 +100,10 @@ class CaseSpec(Wire):
     trials: list[Trial]  # the eager calls judged one by one (correctness, and the same calls in timing)
     timing_sets: list[Trial] = []  # input sets rotated between timed samples
     check: Optional[Trial] = None  # fresh inputs for the replay that checks what was timed
+    # the case's tolerance: the work rule (guards.ComputeWatch) takes a value within it of one PyTorch
+    # had for that value (a Triton copy of PyTorch's answer, or the answer nudged, did no work)
+    atol: float = 0.0
+    rtol: float = 0.0
 
 
 class CandidateSpec(Wire):
@@ -197,6 +201,7 @@ class ProfiledKernel(Wire):
     name: str
     ops: list[str] = []  # the launching aten op and its callers, innermost first; [] for a raw launch (Triton)
     replay: bool = False  # seen in a CUDA-graph replay, where no aten op is on the CPU side
+    duration_us: float = 0.0  # its device time, as the profiler measured it
 
 
 class Accounting(Wire):

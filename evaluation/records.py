@@ -205,10 +205,14 @@ class EvalResult(Record):
     # How the candidate's process was isolated: "bwrap" (the OS sandbox) or "none"; None on a record
     # made before isolation was recorded. The approval gate refuses evidence that was not sandboxed.
     isolation: Optional[str] = None
-    # PyTorch ops the candidate may run (issue 17 epilogue: a reduction of its own Triton outputs, e.g.
-    # "sum"), and the problem's ALLOWED_TORCH_OPS it used (then the kernel is a hybrid, compared as one).
+    # PyTorch ops the candidate ran in forward: the small epilogue (issue 17: a reduction of its own
+    # Triton outputs, e.g. "sum"), and any other PyTorch compute (issue 25: allowed where the Triton
+    # kernels do the problem's work; the kernel is then a hybrid, labelled, and a ranking or a promotion
+    # can leave it out). `hybrid_device_fraction`: PyTorch compute's share of the profiled device time
+    # (0..1), where a GPU profiled it; None on a CPU, or for a kernel that is not a hybrid.
     torch_epilogue: tuple[str, ...] = ()
     hybrid_ops: tuple[str, ...] = ()
+    hybrid_device_fraction: Optional[float] = None
     accounting_note: Optional[str] = None  # e.g. the profiler could not run, so kernels went unlisted
 
     @property

@@ -344,7 +344,9 @@ class Worker:
             raise Verdict("rejected", stage, "PatchedHarness", "the candidate replaced " + ", ".join(changed[:6]))
 
     def note(self, name: str) -> dict[str, Any]:
-        return self.seen.setdefault(name, {"hybrid": set(), "epilogue": set(), "profiled": [], "error": None})
+        return self.seen.setdefault(
+            name, {"hybrid": set(), "epilogue": set(), "profiled": [], "error": None, "work": {}}
+        )
 
     def accounting(self, name: str, launches: int = 0) -> protocol.Accounting:
         seen = self.note(name)
@@ -358,8 +360,19 @@ class Worker:
             kernels=[protocol.KernelFact(**k) for k in self.counter.kernels.values()],
         )
 
-    def call(self, model, inputs: list[Any], where: str, stage: str, *, capturing: bool = False, name: str = ""):
-        """One forward, watched; a Verdict for anything but honest Triton work."""
+    def call(
+        self,
+        model,
+        inputs: list[Any],
+        where: str,
+        stage: str,
+        *,
+        capturing: bool = False,
+        name: str = "",
+        case: protocol.CaseSpec | None = None,
+    ):
+        """One forward, watched; a Verdict for anything but honest Triton work. With `case` (a judged
+        trial of the correctness stage) the work rule is followed too, and its finding kept per case."""
         import torch
 
         from evaluation import emulation
@@ -367,7 +380,16 @@ class Worker:
 
         self.counter.begin()
         params = list(model.parameters()) + list(model.buffers()) if isinstance(model, torch.nn.Module) else []
-        watch = ComputeWatch(self.req.allowed_torch_ops, self.counter, inputs, params)
+        judge = case is not None and self.req.mode == "correctness"
+        watch = ComputeWatch(
+            self.req.allowed_torch_ops,
+            self.counter,
+            inputs,
+            params,
+            judge_work=judge,
+            atol=case.atol if case is not None else 0.0,
+            rtol=case.rtol if case is not None else 0.0,
+        )
         try:
             with emulation.candidate_scope(), torch.no_grad(), watch:
                 out = model(*inputs)
@@ -388,12 +410,14 @@ class Worker:
         self.check_harness(stage)
         if self.counter.count == 0:
             raise Verdict("rejected", stage, "NoTritonLaunch", f"forward launched no Triton kernel on {where}")
-        if watch.flagged:
-            ops = ", ".join(f"{op} x{n}" for op, n in watch.flagged.most_common(6))
-            raise Verdict("rejected", stage, "TorchCompute", f"PyTorch computed in forward on {where}: {ops}")
         seen = self.note(name)
         seen["hybrid"] |= watch.hybrid
         seen["epilogue"] |= watch.epilogue
+        if judge and case is not None:
+            problem = watch.work_problem(out)
+            size = sum(t.numel() for t in inputs if isinstance(t, torch.Tensor))
+            if case.index not in seen["work"] or (problem and not seen["work"][case.index][1]):
+                seen["work"][case.index] = (size, f"{problem} on {where}" if problem else None)
         items = out if type(out) in (tuple, list) else [out]
         if any(isinstance(t, torch.Tensor) and type(t) is not torch.Tensor for t in items):
             raise Verdict(
@@ -429,9 +453,11 @@ class Worker:
             progress(case.case_id, f"trial {t}")
             with CLOCK.timed("correctness"):
                 if t == 0 and self.device == "cuda":  # the kernels of one eager forward, from the profiler
-                    out = self.profiled(name, False, lambda xs=inputs: self.call(model, xs, where, stage, name=name))
+                    out = self.profiled(
+                        name, False, lambda xs=inputs: self.call(model, xs, where, stage, name=name, case=case)
+                    )
                 else:
-                    out = self.call(model, inputs, where, stage, name=name)
+                    out = self.call(model, inputs, where, stage, name=name, case=case)
             changed = mutated(inputs, pristine)
             if changed:
                 raise Verdict("rejected", stage, "MutatedInput", f"forward modified input(s) {changed} on {where}")
@@ -527,6 +553,7 @@ class Worker:
             self._free()
         if len(self.req.cases) == 1:
             self._launch_checks(model_cls)
+        self._work_rule(entry.name)
         acc = self.accounting(entry.name, launches)
         self.ch.send(
             acc.model_copy(
@@ -534,6 +561,23 @@ class Worker:
             )
         )
         self.ch.send(protocol.Done())
+
+    def _work_rule(self, name: str) -> None:
+        """Refuse a candidate whose Triton kernels did not do the work of the largest case (by input
+        elements). Smaller cases may have a dim of size 1, where a legitimate reduction or scan is a
+        copy of its input; the largest case has none of that excuse, and a cheat cheats there too."""
+        work = self.note(name)["work"]
+        if not work:
+            return
+        largest = max(size for size, _ in work.values())
+        problem = next((p for size, p in work.values() if size == largest and p), None)
+        if problem is not None:
+            raise Verdict(
+                "rejected",
+                "correctness",
+                "TorchCompute",
+                f"the Triton kernels did not do the problem's work: {problem}",
+            )
 
     def _launch_checks(self, model_cls) -> None:
         """Each launch case's forward followed at the target's full size on meta tensors (CPU emulation

@@ -91,6 +91,12 @@ CASES: dict[str, Cheat] = {
     "cheat_epilogue_sums_an_input_copy": Cheat(
         (S.rejected, ST.correctness, "TorchCompute"), problem="row_sum", tiny=True, slow=True
     ),
+    # the work rule (issue 25): PyTorch may compute beside Triton (a labelled hybrid), not in its place
+    "cheat_triton_output_unused": Cheat((S.rejected, ST.correctness, "TorchCompute"), problem="softmax", tiny=True),
+    "cheat_triton_copies_torch_result": Cheat(
+        (S.rejected, ST.correctness, "TorchCompute"), problem="softmax", tiny=True
+    ),
+    "cheat_touches_torch_result": Cheat((S.rejected, ST.correctness, "TorchCompute"), problem="softmax", tiny=True),
     # the evaluator's own functions
     "cheat_patches_allclose": Cheat(static("MonkeyPatch")),
     "cheat_patches_timer": Cheat(static("MonkeyPatch")),
