@@ -13,6 +13,9 @@ import typer
 
 StoreOpt = typer.Option(None, "--store", help="store folder (default: $KSCOUT_HOME or the user data dir)")
 JsonOpt = typer.Option(False, "--json", help="print one JSON object instead of tables")
+NoHybridOpt = typer.Option(
+    False, "--no-hybrid", help="leave out hybrids (PyTorch compute in forward beside the Triton kernels)"
+)
 
 
 def _open(store_dir: Optional[Path]):
@@ -61,6 +64,7 @@ def promote_cmd(
     allow_unsandboxed: bool = typer.Option(
         False, "--allow-unsandboxed", help="accept evidence gathered without the OS sandbox (recorded in the note)"
     ),
+    no_hybrid: bool = NoHybridOpt,
     store_dir: Optional[Path] = StoreOpt,
     as_json: bool = JsonOpt,
 ) -> None:
@@ -69,7 +73,13 @@ def promote_cmd(
 
     with _open(store_dir) as store:
         approved, deployed = promote(
-            store, candidate, approved_by=approved_by, note=note, arch=device, allow_unsandboxed=allow_unsandboxed
+            store,
+            candidate,
+            approved_by=approved_by,
+            note=note,
+            arch=device,
+            allow_unsandboxed=allow_unsandboxed,
+            no_hybrid=no_hybrid,
         )
     if as_json:
         _print_json({"approved": approved.model_dump(mode="json"), "deployed": deployed.model_dump(mode="json")})
@@ -236,6 +246,7 @@ def export_cmd(
 def report_cmd(
     run: str = typer.Argument(..., metavar="RUN", help="run id (or a unique prefix)"),
     html: Optional[Path] = typer.Option(None, "--html", help="write a self-contained HTML page here"),
+    no_hybrid: bool = NoHybridOpt,
     store_dir: Optional[Path] = StoreOpt,
     as_json: bool = JsonOpt,
 ) -> None:
@@ -243,7 +254,7 @@ def report_cmd(
     from agent.search.summary import summarize
 
     with _open(store_dir) as store:
-        summary = summarize(store, run)
+        summary = summarize(store, run, no_hybrid=no_hybrid)
         k = summary.in_hand
         source = store.get_candidate(k.candidate_id, run_id=summary.run_id).source if k else None
     if html is not None:

@@ -69,6 +69,9 @@ class PromotionEvidence(Record):
     case_speedups: tuple[CaseSpeedup, ...] = ()
     assumptions: Assumptions
     env: Fingerprint
+    # a hybrid (issue 25): the PyTorch compute ops of its forward, as the correctness evaluation saw them
+    hybrid_ops: tuple[str, ...] = ()
+    hybrid_device_fraction: Optional[float] = None  # their share of device time, where profiled
 
 
 def op_key(problem: ProblemInfo | RunRecord) -> str:

@@ -158,11 +158,14 @@ def check_promotion(
     remeasures: Sequence[tuple[str, EvalResult]],
     *,
     allow_unsandboxed: bool = False,
+    no_hybrid: bool = False,
 ) -> PromotionEvidence:
     """The approval gate. `evaluations` may be of any kind; `remeasures` are the interleaved re-measures.
 
     Both lists are oldest first. Raises `PromotionRefused` with every missing item. Evidence gathered
-    without the OS sandbox is refused unless the approver accepts it (`allow_unsandboxed`).
+    without the OS sandbox is refused unless the approver accepts it (`allow_unsandboxed`). A hybrid
+    (PyTorch compute in forward, issue 25) is promoted with its ops on the evidence, unless the approver
+    excludes hybrids (`no_hybrid`).
     """
     arch, op = run.arch, op_key(run)
     missing: list[str] = []
@@ -185,6 +188,11 @@ def check_promotion(
     missing += _environment_gaps(chosen, timed)
     if not allow_unsandboxed:
         missing += _isolation_gaps(chosen, timed)
+    if no_hybrid and chosen is not None and chosen[1].hybrid:
+        missing.append(
+            f"hybrid: the correctness evaluation {chosen[0][:12]} saw PyTorch compute "
+            f"{', '.join(chosen[1].hybrid_ops)} in forward, and --no-hybrid excludes hybrids"
+        )
 
     if missing or chosen is None:
         raise PromotionRefused(candidate.candidate_id, op, arch, missing)
@@ -213,6 +221,8 @@ def check_promotion(
             dtypes=tuple(sorted({s.dtype for s in result.shape_results if s.passed})),
         ),
         env=result.fingerprint,
+        hybrid_ops=result.hybrid_ops,
+        hybrid_device_fraction=result.hybrid_device_fraction,
     )
 
 
@@ -249,7 +259,12 @@ def _candidate_run(store, candidate_ref: str, arch: Optional[str]) -> tuple[Cand
 
 
 def evidence_for(
-    store, candidate_ref: str, arch: Optional[str] = None, *, allow_unsandboxed: bool = False
+    store,
+    candidate_ref: str,
+    arch: Optional[str] = None,
+    *,
+    allow_unsandboxed: bool = False,
+    no_hybrid: bool = False,
 ) -> PromotionEvidence:
     """Run the gate for a stored candidate without writing anything."""
     candidate, run = _candidate_run(store, candidate_ref, arch)
@@ -259,4 +274,6 @@ def evidence_for(
     counted = {e for kind in CORRECTNESS_KINDS for e, *_x in store.evaluations(candidate_id=cid, kind=kind)}
     rows = [(e, r) for e, _run, _c, r in store.evaluations(candidate_id=cid) if e in counted]  # oldest first
     remeasures = [(e, r) for e, r in rows if e in remeasure_ids]
-    return check_promotion(candidate, run, problem, rows, remeasures, allow_unsandboxed=allow_unsandboxed)
+    return check_promotion(
+        candidate, run, problem, rows, remeasures, allow_unsandboxed=allow_unsandboxed, no_hybrid=no_hybrid
+    )

@@ -127,18 +127,19 @@ def promote(
     note: str = "",
     arch: Optional[str] = None,
     allow_unsandboxed: bool = False,
+    no_hybrid: bool = False,
 ) -> tuple[PromotionEvent, PromotionEvent]:
     """Record `approved` then `deployed` for a candidate whose evidence is complete.
 
     `allow_unsandboxed`: the approver accepts evidence gathered without the OS sandbox; the events'
-    note says so.
+    note says so. `no_hybrid`: refuse a hybrid (PyTorch compute in forward, issue 25).
 
     The store lock is held throughout, so a concurrent promotion or rollback cannot slip between
     reading what is live (the previous known-good) and appending the two events.
     """
     approver = _require_name(approved_by, "--approved-by")
     with store.session():
-        evidence = evidence_for(store, candidate_ref, arch, allow_unsandboxed=allow_unsandboxed)
+        evidence = evidence_for(store, candidate_ref, arch, allow_unsandboxed=allow_unsandboxed, no_hybrid=no_hybrid)
         if allow_unsandboxed:
             note = (note + " " if note else "") + f"[unsandboxed evidence accepted by {approver}]"
         key = (evidence.op, evidence.arch)

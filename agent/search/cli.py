@@ -25,6 +25,9 @@ EXIT_NO_KERNEL = 1
 
 StoreOpt = typer.Option(None, "--store", help="store folder (default $KSCOUT_HOME)")
 JsonOpt = typer.Option(False, "--json", help="print one JSON object (one line) instead of text")
+NoHybridOpt = typer.Option(
+    False, "--no-hybrid", help="rank without hybrids (PyTorch compute in forward beside the Triton kernels)"
+)
 
 
 def _open_store(store_dir: Optional[Path]):
@@ -201,6 +204,7 @@ def optimize(
         None, "--out", help="write the best kernel here (default ./kscout-best/PROBLEM-RUN.py)"
     ),
     tolerance: str = typer.Option("strict", help="strict (default) | kernelbench (atol = rtol = 1e-2)"),
+    no_hybrid: bool = NoHybridOpt,
     executor: str = ExecutorOpt,
     ray_address: Optional[str] = RayAddressOpt,
     ray_resource: Optional[str] = RayResourceOpt,
@@ -245,6 +249,7 @@ def optimize(
         time_cases=tuple(time_case or ()),
         dtypes=tuple(dtype or ()),
         tolerance=tolerance,
+        no_hybrid=no_hybrid,
         executor=executor,
         ray_resource=ray_resource,
         sandbox=sandbox,
@@ -325,6 +330,7 @@ def show(
         None, metavar="CANDIDATE", help="with --source: this candidate (default: the best)"
     ),
     source: bool = typer.Option(False, "--source", help="print the kernel's source (with its header) to stdout"),
+    no_hybrid: bool = NoHybridOpt,
     store: Optional[Path] = StoreOpt,
     as_json: bool = JsonOpt,
 ):
@@ -342,7 +348,7 @@ def show(
         _print_source(store, run, candidate)
         return
     with _open_store(store) as st:
-        summary = summarize(st, run)
+        summary = summarize(st, run, no_hybrid=no_hybrid)
     if as_json:
         print_json(summary.model_dump(mode="json"))
     else:

@@ -18,7 +18,7 @@ from typing import Optional
 
 import jinja2
 
-from agent.search.summary import RunSummary, across_line, label
+from agent.search.summary import RunSummary, across_line, hybrid_line, label
 
 
 def anchor(candidate_id: str) -> str:
@@ -154,6 +154,7 @@ def render_html(s: RunSummary, best_source: Optional[str]) -> str:
         fmt=_fmt,
         label=label,
         across_line=across_line,
+        hybrid_line=hybrid_line,
     )
 
 

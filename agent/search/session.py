@@ -133,6 +133,8 @@ class SessionConfig(_Frozen):
         None  # the evaluator's OS sandbox (None: $KSCOUT_SANDBOX or auto)
     )
     tolerance: Literal["strict", "kernelbench"] = "strict"  # the policy every candidate is judged under
+    # --no-hybrid: a hybrid (PyTorch compute in forward, issue 25) is judged and kept, but never the best
+    no_hybrid: bool = False
 
     def load_problem(self, device_kind: str) -> ProblemInfo:
         import evaluation
@@ -314,8 +316,16 @@ class Session:
                 out[r.status.value] = out.get(r.status.value, 0) + 1
         return out
 
+    def rankable(self, result: EvalResult) -> bool:
+        """Whether a result may be the best: every passing one, less the hybrids under --no-hybrid."""
+        return result.passed and not (self.config.no_hybrid and result.hybrid)
+
     def best_measured(self) -> Optional[float]:
-        ratios = [m.ratio for _, r in self.results.values() if (m := measured_speedup(r)) and m.significant]
+        ratios = [
+            m.ratio
+            for _, r in self.results.values()
+            if self.rankable(r) and (m := measured_speedup(r)) and m.significant
+        ]
         return max(ratios) if ratios else None
 
     def since_improvement(self) -> int:
@@ -579,7 +589,7 @@ class Session:
         return out
 
     def choose_best(self) -> Optional[str]:
-        passed = [cid for cid, (_, r) in self.results.items() if r.passed]
+        passed = [cid for cid, (_, r) in self.results.items() if self.rankable(r)]
         measured = sorted(
             ((m.ratio, cid) for cid in passed if (m := measured_speedup(self.results[cid][1]))), reverse=True
         )

@@ -127,6 +127,14 @@ class KernelView(Frozen):
     status: str  # of its search evaluation
     verdict: Optional[Verdict] = None  # None only where it was never evaluated; untimed: measured false
     checks: tuple[ShapeCheck, ...] = ()
+    # a hybrid (issue 25): the PyTorch compute ops in its forward, and their share of the profiled
+    # device time (0..1; None where nothing was profiled, the CPU)
+    hybrid_ops: tuple[str, ...] = ()
+    hybrid_device_fraction: Optional[float] = None
+
+    @property
+    def hybrid(self) -> bool:
+        return bool(self.hybrid_ops)
 
     # The verdict against eager, for callers that want one number (geomean over the timed cases).
     @property
@@ -150,6 +158,7 @@ class NodeView(Frozen):
     message: Optional[str] = None  # a failure's first line: "forward raised on CASE trial N: ValueError: ..."
     speedup: Optional[float] = None  # geomean vs eager of its search evaluation; None where untimed
     reused: bool = False  # the evaluation came from an earlier run on the same environment
+    hybrid: bool = False  # passed with PyTorch compute in forward (issue 25)
 
 
 class EvalPoint(Frozen):
@@ -198,6 +207,8 @@ class RunSummary(Frozen):
     time_cases: tuple[str, ...] = ()  # the --time-case selection the run was started with
     dtypes: tuple[str, ...] = ()  # the --dtype selection
     best: Optional[KernelView]  # the run's pick; None: nothing passed, or nothing beat the reference
+    no_hybrid: bool = False  # hybrids left out of the ranking (--no-hybrid, the run's or the view's)
+    hybrids_left_out: tuple[str, ...] = ()  # passing hybrids the ranking left out (candidate ids)
     kernels: tuple[KernelView, ...]  # the pick first, then the fastest passing ones
     note: str
     nodes: tuple[NodeView, ...]
@@ -390,6 +401,8 @@ class _Loaded:
             status=r.status.value if r else "not evaluated",
             verdict=verdict,
             checks=_checks(r) if r else (),
+            hybrid_ops=r.hybrid_ops if r else (),
+            hybrid_device_fraction=r.hybrid_device_fraction if r else None,
         )
 
 
@@ -400,14 +413,16 @@ def kernel_view(store, run_ref: str, candidate_ref: str) -> tuple[KernelView, Ru
     return data.kernel(cid), _summarize(store, data), data.by_id[cid].source
 
 
-def summarize(store, run_ref: str) -> RunSummary:
-    return _summarize(store, _Loaded(store, run_ref))
+def summarize(store, run_ref: str, *, no_hybrid: bool = False) -> RunSummary:
+    """`no_hybrid`: leave hybrids out of the ranking (a run started with --no-hybrid always does)."""
+    return _summarize(store, _Loaded(store, run_ref), no_hybrid)
 
 
-def _summarize(store, data: _Loaded) -> RunSummary:
+def _summarize(store, data: _Loaded, no_hybrid: bool = False) -> RunSummary:
     from agent.search.liveness import run_state
 
     run, search, remeasured = data.run, data.search, data.remeasured
+    no_hybrid = no_hybrid or bool(_config(run).get("no_hybrid"))
     run_start = _parse_time(run.started_at)
     reused = {cid for cid, r in search.items() if _parse_time(r.started_at) < run_start}
     nodes = []
@@ -429,6 +444,7 @@ def _summarize(store, data: _Loaded) -> RunSummary:
                 message=_first_line(r.message) if r and not r.passed else None,
                 speedup=_speed(r),
                 reused=c.candidate_id in reused,
+                hybrid=bool(r and r.passed and r.hybrid),
             )
         )
 
@@ -456,7 +472,8 @@ def _summarize(store, data: _Loaded) -> RunSummary:
         )
 
     order = {c.candidate_id: i for i, c in enumerate(data.candidates)}
-    passing = [cid for cid, r in search.items() if r.passed]
+    passing = [cid for cid, r in search.items() if r.passed and not (no_hybrid and r.hybrid)]
+    left_out = tuple(cid for cid, r in search.items() if r.passed and no_hybrid and r.hybrid)
 
     def rank(cid: str):
         k = remeasured.get(cid) or search[cid]
@@ -464,7 +481,7 @@ def _summarize(store, data: _Loaded) -> RunSummary:
 
     kernels = tuple(data.kernel(cid) for cid in sorted(passing, key=rank)[:TOP_KERNELS])
     best = None
-    if run.best_candidate_id and run.best_candidate_id in search:
+    if run.best_candidate_id and run.best_candidate_id in search and run.best_candidate_id not in left_out:
         best = next((k for k in kernels if k.candidate_id == run.best_candidate_id), None) or data.kernel(
             run.best_candidate_id
         )
@@ -500,7 +517,7 @@ def _summarize(store, data: _Loaded) -> RunSummary:
         evaluations=len(search) - len(reused),
         evaluations_reused=len(reused),
         candidates=len(nodes),
-        passed=len(passing),
+        passed=len(passing) + len(left_out),
         failures=tuple(FailureCount(status=s, error_class=e, count=n) for (s, e), n in sorted(failures.items())),
         cost_usd=sum(c.cost_usd or 0.0 for c in store.llm_calls(run.run_id)),
         timed=timed,
@@ -508,6 +525,8 @@ def _summarize(store, data: _Loaded) -> RunSummary:
         time_cases=tuple(config.get("time_cases") or ()),
         dtypes=tuple(config.get("dtypes") or ()),
         best=best,
+        no_hybrid=no_hybrid,
+        hybrids_left_out=left_out,
         kernels=kernels,
         note=_note(run, state, timed, best, kernels, env),
         nodes=tuple(nodes),
@@ -552,6 +571,16 @@ def across_line(a: Across) -> str:
     else:
         text += f" at {a.worst_case_id}"
     return text
+
+
+def hybrid_line(kernel: KernelView) -> str:
+    """What makes a kernel a hybrid: "PyTorch computes mul, sub in forward (12% of device time)"."""
+    share = (
+        f"{kernel.hybrid_device_fraction:.0%} of device time"
+        if kernel.hybrid_device_fraction is not None
+        else "share of device time not measured here"
+    )
+    return f"PyTorch computes {', '.join(kernel.hybrid_ops)} in forward ({share})"
 
 
 def verdict_line(v: Verdict) -> str:

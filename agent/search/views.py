@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Optional
 
-from agent.search.summary import KernelView, RunSummary, fmt_ratio, label
+from agent.search.summary import KernelView, RunSummary, fmt_ratio, hybrid_line, label
 from agent.term import human, indented, kv_table, none_line, short, table
 
 MAX_INDENT = 6  # levels; deeper nodes line up at this depth and say their generation (g12)
@@ -55,6 +55,8 @@ def tree_lines(summary: RunSummary) -> list:
             t.append(f" {n.speedup:#.3g}x")
         if n.reused:
             t.append(" (reused)", style="dim")
+        if n.hybrid:
+            t.append(" hybrid", style="magenta")
         if n.candidate_id == best:
             t.append(" <- best", style="bold yellow")
         if n.tags:
@@ -72,6 +74,8 @@ def verdict_rows(kernel: Optional[KernelView], summary: RunSummary) -> list[tupl
     if not kernel.picked:
         head += " (fastest passing; not a win)"
     rows = [("best", head)]
+    if kernel.hybrid:
+        rows.append(("hybrid", hybrid_line(kernel)))
     v = kernel.verdict
     if v is None or not v.measured:
         why = v.not_measured[0].reason if v is not None and v.not_measured else None
@@ -153,6 +157,10 @@ def summary_rows(summary: RunSummary) -> list[tuple[str, str]]:
         ("failures", fails),
         *verdict_rows(summary.in_hand, summary),
     ]
+    if summary.hybrids_left_out:
+        ids = ", ".join(short(c) for c in summary.hybrids_left_out[:3])
+        more = f" (+{len(summary.hybrids_left_out) - 3} more)" if len(summary.hybrids_left_out) > 3 else ""
+        rows.append(("left out", f"{len(summary.hybrids_left_out)} passing hybrid(s), --no-hybrid: {ids}{more}"))
     if summary.proposer == "llm":
         rows.append(("cost", f"${summary.cost_usd:.4f}"))
     rows.append(("note", summary.note))
@@ -214,7 +222,7 @@ def render_report(console, summary: RunSummary) -> None:
     if not summary.kernels:
         console.print(none_line("passing kernels"))
     for k in summary.kernels:
-        name = f"{short(k.candidate_id)}{' (best)' if k.picked else ''}"
+        name = f"{short(k.candidate_id)}{' (best)' if k.picked else ''}{' (hybrid)' if k.hybrid else ''}"
         if k.candidate_id == (summary.in_hand.candidate_id if summary.in_hand else None):
             console.print(check_table(k, title=f"{name}: correctness per case"))
         elif all(c.passed for c in k.checks):
