@@ -280,9 +280,12 @@ class ComputeWatch(TorchDispatchMode):
         import torch
         from torch.utils._python_dispatch import _disable_current_modes
 
+        tensors = _tensors(args)
+        if torch.version.cuda and torch.cuda.is_current_stream_capturing():  # a CUDA build (not emulation)
+            return  # an autotuner's graph-captured benchmark: nothing can be read back now
         with _disable_current_modes(), torch.profiler.record_function(WATCH_LABEL):
             seen: set[int] = set()
-            for t in _tensors(args):
+            for t in tensors:
                 storage = t.untyped_storage().data_ptr()
                 if storage in self.sources or storage in seen:
                     continue
