@@ -1,0 +1,168 @@
+"""Each region as a problem: a KernelBench file whose forward is the region's aten ops.
+
+The file declares the real run's shapes (one size constant per input dimension, `S{input}_{dim}`),
+its dtype, and a SHAPES table holding exactly that case: the shape set comes from the run, not from a
+guess. Sizes that the graph computes (a view's target shape) are written as the values of the real
+run. Inputs that were never negative in the run (a ReLU's output, a running variance) are drawn from
+torch.rand, the others from torch.randn; integer inputs keep the run's range.
+
+The same emitter writes a region's reference path inside the assembled model (assemble.py).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import operator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from agent.model import graph as g
+from agent.model.graph import Meta
+from agent.model.partition import Region
+
+HELPERS = (g._conv, g._conv_t, g._pool)  # the kscout:: ops of the capture, as torch.nn.functional calls
+_HELPER_NAMES = {"kscout::conv": "_conv", "kscout::conv_t": "_conv_t", "kscout::pool": "_pool"}
+
+
+@dataclass(frozen=True)
+class Extracted:
+    region: str
+    path: str  # the problem file
+    source: str
+    input_shapes: tuple[tuple[int, ...], ...]
+    dtype: str  # the floating dtype of the case
+
+
+def helpers_source() -> str:
+    return "\n\n".join(inspect.getsource(fn) for fn in HELPERS)
+
+
+def _fmt(a, names: dict, meta: dict) -> str:
+    if isinstance(a, torch.fx.Node):
+        if a in names:
+            return names[a]
+        value = meta.get(a)
+        if isinstance(value, (int, float)):
+            return _fmt(value, names, meta)
+        raise ValueError(f"internal: {a} is neither emitted nor a size")
+    if isinstance(a, (list, tuple)):
+        inner = ", ".join(_fmt(x, names, meta) for x in a)
+        return f"[{inner}]" if isinstance(a, list) else f"({inner}{',' if len(a) == 1 else ''})"
+    if isinstance(a, torch.dtype):
+        return str(a)
+    if isinstance(a, torch.device):
+        return "_dev"
+    if isinstance(a, (torch.layout, torch.memory_format)):
+        return str(a)
+    if isinstance(a, float) and not math.isfinite(a):
+        return f"float({str(a)!r})"
+    return repr(a)
+
+
+def _call(n, names: dict, meta: dict) -> str:
+    if n.target is operator.getitem:
+        return f"{_fmt(n.args[0], names, meta)}[{n.args[1]!r}]"
+    args = [_fmt(a, names, meta) for a in n.args] + [f"{k}={_fmt(v, names, meta)}" for k, v in n.kwargs.items()]
+    helper = _HELPER_NAMES.get(g.op_name(n.target))
+    fn = helper or f"torch.ops.{n.target}"
+    return f"{fn}({', '.join(args)})"
+
+
+def body(region: Region, inputs: list[str], meta: dict, free: set) -> tuple[list[str], list[str]]:
+    """(lines, returned names): the region's ops over variables named `inputs` (one per region input).
+
+    Views and parameter work the region reads are emitted in it; sizes are the real run's values."""
+    names = dict(zip(region.inputs, inputs))
+    needed: set = set(region.nodes)
+    stack = [a for n in region.nodes for a in n.all_input_nodes]
+    while stack:
+        a = stack.pop()
+        if a in names or a in needed or not isinstance(meta.get(a), (Meta, tuple)):
+            continue
+        if a not in free:
+            raise ValueError(f"internal: region {region.name} reads {a} from nowhere")
+        needed.add(a)
+        stack.extend(a.all_input_nodes)
+    graph_nodes = list(region.nodes[0].graph.nodes)
+    lines = []
+    for i, n in enumerate(x for x in graph_nodes if x in needed):
+        names[n] = f"v{i}"
+        lines.append(f"v{i} = {_call(n, names, meta)}")
+    return lines, [names[n] for n in region.outputs]
+
+
+def _draw(shape_names: list[str], m: Meta) -> str:
+    size = f"({', '.join(shape_names)}{',' if len(shape_names) == 1 else ''})"
+    dtype = f"torch.{m.dtype}"
+    if m.dtype == "bool":
+        return f"torch.rand({size}) > 0.5"
+    if m.dtype.startswith(("int", "uint")):
+        return f"torch.randint({int(m.low)}, {int(m.high) + 1}, {size}, dtype={dtype})"
+    return f"torch.{'rand' if m.nonnegative else 'randn'}({size}, dtype={dtype})"
+
+
+def problem_source(region: Region, meta: dict, free: set, model_name: str) -> tuple[str, str]:
+    """(source, floating dtype) of the region's problem file."""
+    metas = [meta[a] for a in region.inputs]
+    params = [f"in{i}" for i in range(len(region.inputs))]
+    lines, outs = body(region, params, meta, free)
+    floats = [m.dtype for m in metas if m.dtype.startswith(("float", "bfloat"))]
+    dtype = floats[0] if floats else "float32"
+    consts: dict[str, int] = {}
+    draws = []
+    for i, m in enumerate(metas):
+        dims = []
+        for d, size in enumerate(m.shape):
+            consts[f"S{i}_{d}"] = size
+            dims.append(f"S{i}_{d}")
+        draws.append(_draw(dims, m))
+    case = dict(consts, tags=["timed"])
+    ret = outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ")"
+    text = [
+        f'"""Region {region.name} of {model_name} ({region.kind}: {", ".join(dict.fromkeys(region.ops))}), '
+        f'with the shapes of its real run.\n\nExtracted by kscout optimize-model."""',
+        "",
+        "import torch",
+        "import torch.nn as nn",
+        "import torch.nn.functional as F",
+        "",
+        f"DTYPES = ({dtype!r},)",
+        *[f"{k} = {v}" for k, v in consts.items()],
+        f"SHAPES = {{'cpu': [{case!r}], 'cuda': [{case!r}]}}",
+        "",
+        "",
+        helpers_source().rstrip(),
+        "",
+        "",
+        "class Model(nn.Module):",
+        "    def __init__(self):",
+        "        super().__init__()",
+        "",
+        f"    def forward(self, {', '.join(params)}):",
+        f"        _dev = {params[0]}.device" if params else "        _dev = torch.device('cpu')",
+        *[f"        {line}" for line in lines],
+        f"        return {ret}",
+        "",
+        "",
+        "def get_inputs():",
+        f"    return [{', '.join(draws)}]",
+        "",
+        "",
+        "def get_init_inputs():",
+        "    return []",
+        "",
+    ]
+    return "\n".join(text), dtype
+
+
+def extract(region: Region, meta: dict, free: set, model_name: str, folder: Path) -> Extracted:
+    source, dtype = problem_source(region, meta, free, model_name)
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = Path(model_name).stem
+    path = folder / f"{stem}_{region.name}.py"
+    path.write_text(source)
+    shapes = tuple(tuple(meta[a].shape) for a in region.inputs)
+    return Extracted(region=region.name, path=str(path), source=source, input_shapes=shapes, dtype=dtype)
