@@ -1,0 +1,227 @@
+"""The whole flow of `kscout optimize-model`: profile, partition, extract, search, assemble, judge.
+
+Budget (Amdahl): a region can give the model at most its share of the time, so the evaluation budget is
+split by share among the hot regions (lowered, share >= `min_share`), at least one evaluation each. The
+plan (each region's budget, stall limit, target) is fixed and returned before any search starts, and
+each search writes its stop rule with its run, as every search does.
+
+Winners: on a device that times kernels a region keeps its run's pick (a measured win over the
+reference), else its reference ops; on a CPU nothing is timed, so a region takes its run's passing
+kernel, which proves the assembly correct and claims no speed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from agent.model import ModelError, assemble, extract, graph, partition, profile
+from agent.model.records import ModelReport, RegionRow
+from evaluation.errors import KscoutError
+
+
+@dataclass
+class Plan:
+    """Everything the flow knows before a search starts."""
+
+    path: str
+    device: str
+    traced: graph.Traced
+    regions: list
+    free: set
+    profile: profile.Profile
+    rows: dict[str, RegionRow] = field(default_factory=dict)
+    extracted: dict[str, extract.Extracted] = field(default_factory=dict)
+
+
+def prepare(path: str, *, device: str = "cpu", budget: int = 8, min_share: float = 0.05, work: Path) -> Plan:
+    """Trace, profile, partition and extract; each hot region gets its share of `budget`."""
+    from agent.proposers.lowering import LoweringError, lower_source
+    from evaluation.problem_file import read_source
+
+    source = read_source(path)
+    try:
+        traced = graph.trace(source, str(path), device)
+        graph.run(traced, record=True)
+    except KscoutError:
+        raise
+    except Exception as exc:
+        raise ModelError(f"{path}: cannot run the captured forward: {type(exc).__name__}: {exc}") from exc
+    g = traced.captured.gm.graph
+    regions = partition.partition(g, traced.meta, partition.param_placeholders(traced.captured))
+    free = partition.free_nodes(g, traced.meta)
+    prof = profile.profile(traced, regions, device)
+    plan = Plan(path=str(path), device=device, traced=traced, regions=regions, free=free, profile=prof)
+    name = Path(path).name
+    reasons: dict[str, tuple[str, Optional[str]]] = {}
+    for r in regions:
+        if r.kind == "reference":
+            reasons[r.name] = ("reference", "no schedule lowers " + ", ".join(dict.fromkeys(r.ops)))
+            continue
+        e = extract.extract(r, traced.meta, free, name, work)
+        plan.extracted[r.name] = e
+        try:
+            lower_source(e.source, e.path)
+        except LoweringError as exc:
+            reasons[r.name] = ("not_lowered", " ".join(str(exc).split())[:200])
+            continue
+        if prof.share(r.name) < min_share:
+            reasons[r.name] = ("cold", f"{prof.share(r.name):.1%} of the time < --min-share {min_share:.0%}")
+    hot = [r for r in regions if r.name not in reasons]
+    total = sum(prof.share(r.name) for r in hot) or 1.0
+    for r in regions:
+        state, reason = reasons.get(r.name, ("searched", None))
+        e = plan.extracted.get(r.name)
+        plan.rows[r.name] = RegionRow(
+            name=r.name,
+            kind=r.kind,
+            ops=tuple(r.ops),
+            input_shapes=tuple(
+                tuple(traced.meta[a].shape) for a in r.inputs if isinstance(traced.meta.get(a), graph.Meta)
+            ),
+            time_us=prof.region_us[r.name],
+            share=prof.share(r.name),
+            state=state,
+            reason=reason,
+            problem_path=e.path if e else None,
+            budget=max(1, round(budget * prof.share(r.name) / total)) if state == "searched" else 0,
+        )
+    return plan
+
+
+def search(
+    plan: Plan,
+    store,
+    *,
+    stall: Optional[int] = 30,
+    minutes: Optional[float] = None,
+    trials: int = 1,
+    on_event: Optional[Callable] = None,
+) -> dict[str, str]:
+    """One search per hot region (optimize-many's machinery, one executor, one deadline); region -> run id."""
+    from agent.search.many import Shared, run_many
+    from agent.search.many import plan as many_plan
+
+    hot = [row for row in plan.rows.values() if row.state == "searched"]
+    if not hot:
+        return {}
+    base = dict(device=plan.device, stall=stall, trials=trials, batch=1, workers=1)
+    configs = [
+        c.model_copy(update={"budget": row.budget})
+        for c, row in zip(many_plan([r.problem_path for r in hot], base), hot)
+    ]
+    result = run_many(configs, store, shared=Shared(minutes=minutes), on_event=on_event)
+    return {row.name: o.run_id for row, o in zip(hot, result.outcomes) if o.run_id}
+
+
+def winners(plan: Plan, store, runs: dict[str, str]) -> dict[str, assemble.Winner]:
+    from agent.search.summary import summarize
+
+    out = {}
+    for name, run_id in runs.items():
+        s = summarize(store, run_id)
+        kernel = s.best if s.timed else s.in_hand
+        row = plan.rows[name]
+        update = {"run_id": run_id}
+        if kernel is not None:
+            source = store.get_candidate(kernel.candidate_id, run_id=run_id).source
+            e = plan.extracted[name]
+            out[name] = assemble.Winner(name, source, assemble.proven_archs(plan.device), e.dtype, e.input_shapes)
+            update.update(kernel=kernel.candidate_id, schedule=_schedule(source))
+        plan.rows[name] = row.model_copy(update=update)
+    return out
+
+
+def _schedule(source: str) -> Optional[str]:
+    """The lowering's config line of a candidate: its groups' kinds (`matmul`, `row+pointwise`)."""
+    m = re.search(r"^config: (\{.*\})", source, re.M)
+    if not m:
+        return None
+    try:
+        return "+".join(g.get("kind", "?") for g in json.loads(m.group(1)).get("groups", []))
+    except (ValueError, AttributeError):
+        return None
+
+
+def model_problem(plan: Plan, work: Path) -> str:
+    """The model file with its shipped sizes as its one declared case (the kernels are proven there);
+    a file that declares SHAPES keeps them."""
+    from evaluation.problem_file import parse_source, read_source, size_slots
+
+    source = read_source(plan.path)
+    tree = parse_source(source, plan.path)
+    if not any(getattr(t, "id", None) == "SHAPES" for n in tree.body for t in getattr(n, "targets", [])):
+        case = dict(size_slots(tree), tags=["timed"])
+        source += f"\n\nSHAPES = {{'cpu': [{case!r}], 'cuda': [{case!r}]}}\n"
+    path = work / Path(plan.path).name
+    path.write_text(source)
+    return str(path)
+
+
+def judge(
+    plan: Plan,
+    source: str,
+    work: Path,
+    *,
+    tolerance: str = "kernelbench",
+    trials: int = 1,
+    winners_: Optional[dict] = None,
+) -> ModelReport:
+    """The assembled model end to end against the model file, and each winner on its own problem."""
+    import evaluation
+
+    dev = "cuda" if plan.device.startswith("cuda") else "cpu"
+    timed = dev == "cuda"
+    for name, w in (winners_ or {}).items():
+        problem = evaluation.load_problem(plan.extracted[name].path, dev)
+        res = evaluation.evaluate(w.source, problem, device=dev, trials=trials, time_it=timed)
+        speed = res.measured_speedup("eager")
+        plan.rows[name] = plan.rows[name].model_copy(
+            update={"judged": res.status.value, "speedup": speed.ratio if speed else None}
+        )
+    problem = evaluation.load_problem(model_problem(plan, work), dev, tolerance=tolerance)
+    res = evaluation.evaluate(source, problem, device=dev, trials=trials, time_it=timed)
+    speed = res.measured_speedup("eager")
+    path = work / f"{Path(plan.path).stem}_assembled.py"
+    path.write_text(source)
+    p = plan.profile
+    return ModelReport(
+        model=Path(plan.path).name,
+        device=plan.device,
+        clock=p.clock,
+        eager_us=p.eager_us,
+        graph_us=p.graph_us,
+        glue_us=p.glue_us,
+        regions=tuple(plan.rows[r.name] for r in plan.regions),
+        assembled_path=str(path),
+        verdict=res.status.value,
+        verdict_message=res.message,
+        model_tolerance=tolerance,
+        speedup=speed.ratio if speed else None,
+        timing_note=res.timing_note,
+    )
+
+
+def optimize_model(
+    path: str,
+    store,
+    *,
+    work: Path,
+    device: str = "cpu",
+    budget: int = 8,
+    min_share: float = 0.05,
+    stall: Optional[int] = 30,
+    minutes: Optional[float] = None,
+    tolerance: str = "kernelbench",
+    trials: int = 1,
+    on_event: Optional[Callable] = None,
+) -> ModelReport:
+    plan = prepare(path, device=device, budget=budget, min_share=min_share, work=work)
+    runs = search(plan, store, stall=stall, minutes=minutes, trials=trials, on_event=on_event)
+    won = winners(plan, store, runs)
+    title = f"{Path(path).name}: ModelNew assembled by kscout optimize-model from regions {', '.join(won) or '(none)'}."
+    source = assemble.assemble(plan.traced, plan.regions, plan.free, won, title)
+    return judge(plan, source, work, tolerance=tolerance, trials=trials, winners_=won)
