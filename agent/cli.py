@@ -49,7 +49,7 @@ def build_app() -> typer.Typer:
     )
     import importlib
 
-    for module in ("evaluation.cli", "knowledge.cli", "agent.search.cli", "agent.lifecycle.cli"):
+    for module in ("evaluation.cli", "knowledge.cli", "agent.search.cli", "agent.lifecycle.cli", "agent.model.cli"):
         try:
             mod = importlib.import_module(module)
         except ModuleNotFoundError as exc:  # a package whose CLI is not written yet
