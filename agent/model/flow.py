@@ -16,7 +16,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from agent.model import ModelError, assemble, extract, graph, partition, profile
 from agent.model.records import ModelReport, RegionRow
@@ -56,7 +56,7 @@ def prepare(path: str, *, device: str = "cpu", budget: int = 8, min_share: float
     prof = profile.profile(traced, regions, device)
     plan = Plan(path=str(path), device=device, traced=traced, regions=regions, free=free, profile=prof)
     name = Path(path).name
-    reasons: dict[str, tuple[str, Optional[str]]] = {}
+    reasons: dict[str, tuple[Any, Optional[str]]] = {}  # region -> (RegionRow.state, why)
     for r in regions:
         if r.kind == "reference":
             reasons[r.name] = ("reference", "no schedule lowers " + ", ".join(dict.fromkeys(r.ops)))
@@ -74,10 +74,10 @@ def prepare(path: str, *, device: str = "cpu", budget: int = 8, min_share: float
     total = sum(prof.share(r.name) for r in hot) or 1.0
     for r in regions:
         state, reason = reasons.get(r.name, ("searched", None))
-        e = plan.extracted.get(r.name)
+        found = plan.extracted.get(r.name)
         plan.rows[r.name] = RegionRow(
             name=r.name,
-            kind=r.kind,
+            kind=r.kind,  # type: ignore[arg-type]  # Region.kind is one of RegionRow's kinds
             ops=tuple(r.ops),
             input_shapes=tuple(
                 tuple(traced.meta[a].shape) for a in r.inputs if isinstance(traced.meta.get(a), graph.Meta)
@@ -86,7 +86,7 @@ def prepare(path: str, *, device: str = "cpu", budget: int = 8, min_share: float
             share=prof.share(r.name),
             state=state,
             reason=reason,
-            problem_path=e.path if e else None,
+            problem_path=found.path if found else None,
             budget=max(1, round(budget * prof.share(r.name) / total)) if state == "searched" else 0,
         )
     return plan
@@ -111,7 +111,7 @@ def search(
     base = dict(device=plan.device, stall=stall, trials=trials, batch=1, workers=1)
     configs = [
         c.model_copy(update={"budget": row.budget})
-        for c, row in zip(many_plan([r.problem_path for r in hot], base), hot)
+        for c, row in zip(many_plan([str(r.problem_path) for r in hot], base), hot)
     ]
     result = run_many(configs, store, shared=Shared(minutes=minutes), on_event=on_event)
     return {row.name: o.run_id for row, o in zip(hot, result.outcomes) if o.run_id}
@@ -125,7 +125,7 @@ def winners(plan: Plan, store, runs: dict[str, str]) -> dict[str, assemble.Winne
         s = summarize(store, run_id)
         kernel = s.best if s.timed else s.in_hand
         row = plan.rows[name]
-        update = {"run_id": run_id}
+        update: dict[str, Any] = {"run_id": run_id}
         if kernel is not None:
             source = store.get_candidate(kernel.candidate_id, run_id=run_id).source
             e = plan.extracted[name]

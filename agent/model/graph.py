@@ -90,6 +90,7 @@ class Traced:
     model: torch.nn.Module
     inputs: list
     args: list  # the graph's placeholders' real values, in order
+    device: str = "cpu"
     meta: dict = field(default_factory=dict)  # node -> Meta (tensors) or int/float (sizes)
 
 
@@ -134,8 +135,9 @@ CUSTOM = {"kscout::conv": _conv, "kscout::conv_t": _conv_t, "kscout::pool": _poo
 
 
 class _Runner(torch.fx.Interpreter):
-    def __init__(self, gm, label: Optional[Callable] = None):
+    def __init__(self, gm, device: str, label: Optional[Callable] = None):
         super().__init__(gm)
+        self.device = torch.device(device)
         self.label = label  # node -> a profiler range name, or None
         self.seen: dict = {}
 
@@ -153,6 +155,8 @@ class _Runner(torch.fx.Interpreter):
         fn = CUSTOM.get(op_name(target))
         if fn is not None:
             return fn(*args, **kwargs)
+        if isinstance(kwargs.get("device"), torch.device) and kwargs["device"].type == "meta":
+            kwargs = {**kwargs, "device": self.device}  # the capture built the model on the meta device
         return super().call_function(target, args, kwargs)
 
 
@@ -182,12 +186,12 @@ def trace(source: str, path: str, device: str = "cpu", seed: int = 0) -> Traced:
             args.append(torch.tensor(by_input[ph.name], dtype=ph.dtype, device=device))
         else:
             args.append(by_input[ph.name])
-    return Traced(captured=captured, model=model, inputs=inputs, args=args)
+    return Traced(captured=captured, model=model, inputs=inputs, args=args, device=device)
 
 
 def run(traced: Traced, label: Optional[Callable] = None, record: bool = False):
     """One forward through the captured graph; `record` keeps every node's Meta on `traced`."""
-    runner = _Runner(traced.captured.gm, label)
+    runner = _Runner(traced.captured.gm, traced.device, label)
     with torch.no_grad():
         out = runner.run(*traced.args)
     if record:

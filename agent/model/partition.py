@@ -2,7 +2,7 @@
 
 A region is what one searched problem covers:
 - `contraction`: a matmul or convolution with its fusable epilogue, the pointwise nodes after it whose
-  output has the contraction's shape and that read what the region computed (bias, BatchNorm in eval
+  output has the contraction's size (views between allowed) and that read what the region computed (bias, BatchNorm in eval
   mode, activation, residual add);
 - `chain`: the pointwise, normalisation and reduction work between two contractions;
 - `reference`: nodes the lowering does not take (no schedule lowers them); they stay PyTorch ops.
@@ -45,16 +45,21 @@ def free_nodes(graph, meta: dict) -> set:
         if n.op != "call_function":
             continue
         m = meta.get(n)
-        reads = [a for a in n.all_input_nodes]
-        if not _tensor(m) and not isinstance(m, tuple):
+        reads = list(n.all_input_nodes)
+        if not _valued(m):
             free.add(n)  # a size (sym_size, arithmetic on sizes)
         elif n.target in VIEWS or (n.target is operator.getitem and n.args[0] in free):
             free.add(n)
-        elif all(a in weight_only or (a in free and not _tensor(meta.get(a))) for a in reads):
+        elif all(a in weight_only or not _valued(meta.get(a)) for a in reads):
             free.add(n)
-        if n in free and all(a in weight_only or not _tensor(meta.get(a)) for a in reads):
+        if n in free and all(a in weight_only or not _valued(meta.get(a)) for a in reads):
             weight_only.add(n)
     return free
+
+
+def _valued(m) -> bool:
+    """A tensor, or a tuple of them (split, var_mean): a value, where anything else is a size."""
+    return isinstance(m, (Meta, tuple))
 
 
 def _placeholders(graph):
@@ -86,7 +91,9 @@ def _numel(m) -> int:
 def _epilogue(node, region: Region, meta: dict, free: set) -> bool:
     head = meta.get(region.nodes[0])
     m = meta.get(node)
-    if not (_tensor(m) and _tensor(head) and m.shape == head.shape) or is_contraction(node) or not lowerable(node):
+    if not (isinstance(m, Meta) and isinstance(head, Meta)) or _numel(m) != _numel(head):
+        return False  # the contraction's output size (through a view: a bmm's scale in attention)
+    if is_contraction(node) or not lowerable(node):
         return False
     reads = sources(node, free, meta)
     inside = set(region.nodes)
