@@ -37,7 +37,7 @@ def optimize_model(
     """
     from agent.model.flow import optimize_model as run
     from evaluation.errors import ProblemError
-    from evaluation.fingerprint import resolve_device
+    from evaluation import resolve_device
     from store import Store
 
     if not model.is_file():

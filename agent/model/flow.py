@@ -172,18 +172,23 @@ def judge(
 ) -> ModelReport:
     """The assembled model end to end against the model file, and each winner on its own problem."""
     import evaluation
+    from agent.search.executors import make_executor
 
     dev = "cuda" if plan.device.startswith("cuda") else "cpu"
-    timed = dev == "cuda"
-    for name, w in (winners_ or {}).items():
-        problem = evaluation.load_problem(plan.extracted[name].path, dev)
-        res = evaluation.evaluate(w.source, problem, device=dev, trials=trials, time_it=timed)
-        speed = res.measured_speedup("eager")
-        plan.rows[name] = plan.rows[name].model_copy(
-            update={"judged": res.status.value, "speedup": speed.ratio if speed else None}
-        )
-    problem = evaluation.load_problem(model_problem(plan, work), dev, tolerance=tolerance)
-    res = evaluation.evaluate(source, problem, device=dev, trials=trials, time_it=timed)
+    # Candidates run through an executor, as everywhere in agent/ (a sandboxed worker; timed on a GPU).
+    executor = make_executor(device=dev, trials=trials)
+    try:
+        for name, w in (winners_ or {}).items():
+            problem = evaluation.load_problem(plan.extracted[name].path, dev)
+            res = dict(executor.evaluate_batch([w.source], problem))[0]
+            speed = res.measured_speedup("eager")
+            plan.rows[name] = plan.rows[name].model_copy(
+                update={"judged": res.status.value, "speedup": speed.ratio if speed else None}
+            )
+        problem = evaluation.load_problem(model_problem(plan, work), dev, tolerance=tolerance)
+        res = dict(executor.evaluate_batch([source], problem))[0]
+    finally:
+        executor.close()
     speed = res.measured_speedup("eager")
     path = work / f"{Path(plan.path).stem}_assembled.py"
     path.write_text(source)
