@@ -1,7 +1,8 @@
 """Benchmarks of retrieval quality and scale. Prints tables; writes only into a temporary folder.
 
     python -m knowledge.bench quality [--store DIR]     hit@1 / recall@5 / MRR over the question sets
-    python -m knowledge.bench bm25 [--sizes 3000,30000] our BM25 against bm25s: index, query, memory
+    python -m knowledge.bench thirdparty [--thirdparty-store DIR]   the same over the CCCL and CK docs
+    python -m knowledge.bench bm25                      our BM25 against bm25s at 3,000 and 30,000 chunks
     python -m knowledge.bench latency [--docs 250] [--sections 12]   fresh-process `kscout ask`, ingest files/s
     python -m knowledge.bench scale [--chunks N] [--outcomes N] [--queries N]
     python -m knowledge.bench all

@@ -36,8 +36,8 @@ def optimize_model(
     Exit codes: 0 the assembled model passed end to end, 1 it did not, 2 bad input, 3 interrupted.
     """
     from agent.model.flow import optimize_model as run
-    from evaluation.errors import ProblemError
     from evaluation import resolve_device
+    from evaluation.errors import ProblemError
     from store import Store
 
     if not model.is_file():
