@@ -1,12 +1,13 @@
-"""The GPU suite's JUnit XML as a Markdown table: one row per test, its outcome and seconds, then totals."""
+"""The GPU suite's JUnit XML files as one Markdown table: one row per test, its outcome and seconds, then totals."""
 
 import sys
 import xml.etree.ElementTree as ET
 
 
-def main(path: str) -> None:
+def main(paths: list[str]) -> None:
     rows, counts = [], {}
-    for case in ET.parse(path).getroot().iter("testcase"):
+    cases = [case for path in paths for case in ET.parse(path).getroot().iter("testcase")]
+    for case in cases:
         outcome = "passed"
         for tag in ("failure", "error", "skipped"):
             node = case.find(tag)
@@ -26,4 +27,4 @@ def main(path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1:])

@@ -650,7 +650,9 @@ def profile_kernels(run, replay: bool):
                     kernels.append(ProfiledKernel(name=k.name, ops=chain, replay=replay, duration_us=duration))
         device: dict[str, list[float]] = {}
         for evt in events:
-            if evt.device_type == DeviceType.CUDA:
+            # a record_function range (the watch's own label) shows on the device timeline as an
+            # annotation, not a kernel
+            if evt.device_type == DeviceType.CUDA and not getattr(evt, "is_user_annotation", False):
                 device.setdefault(evt.name, []).append(float(evt.time_range.elapsed_us()))
         for name, durations in device.items():
             for duration in durations[attributed.get(name, 0) :]:

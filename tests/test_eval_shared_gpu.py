@@ -60,7 +60,7 @@ def test_a_vmm_slot_exported_as_a_descriptor_maps_the_same_bytes_in_another_proc
         [sys.executable, "-c", _CHILD, str(theirs.fileno()), str(size), str(nbytes)],
         pass_fds=(theirs.fileno(),),
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))},
     )
     theirs.close()
     fd = cuda.export(handle)
