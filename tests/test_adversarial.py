@@ -19,6 +19,7 @@ profiler accounting) get their GPU verdicts in tests/test_eval_gpu.py.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import time
 from dataclasses import dataclass
@@ -364,8 +365,15 @@ def _check_details(stem: str, result, world) -> None:
         assert "[redacted]" in result.stderr_tail and "sk-proj-QQQQ" not in result.stderr_tail + result.message
         assert "OPENAI_API_KEY=" not in result.stderr_tail.replace("OPENAI_API_KEY=[redacted]", "")
     elif stem in ("cheat_forges_store_document", "cheat_corrupts_store"):
-        home = world["home"]
-        assert {p: p.read_bytes() for p in home.rglob("*") if p.is_file()} == world["snapshot"]
+        home, cache = world["home"], world["home"] / "cache"
+        after = {p: p.read_bytes() for p in home.rglob("*") if p.is_file()}
+        # the evaluator (the parent, outside the sandbox) may keep its stress plans in the home's
+        # cache; every such file is a plan it wrote, and nothing else in the home has changed
+        kept = {p: b for p, b in after.items() if cache not in p.parents}
+        assert kept == world["snapshot"]
+        for path, data in after.items():
+            if cache in path.parents:
+                assert path.parent == cache / "stress-plans" and json.loads(data)["plan"], path
     elif stem == "cheat_appends_to_compare":
         compare = ROOT / "evaluation" / "compare.py"
         assert hashlib.sha256(compare.read_bytes()).hexdigest() == _COMPARE_SHA
