@@ -241,6 +241,23 @@ def normalize_op(op: str) -> str:
     return ops[0] if ops else op.strip().lower()
 
 
+MODEL_SUFFIXES = ("blocks", "block", "models", "model", "nets", "net", "layers", "layer")
+
+
+def model_ops(question: str, families: Iterable[str]) -> tuple[str, ...]:
+    """Whole-model families ("model:minigptblock") that a question names: letters and digits of the
+    question, run together, contain the model's name, or its name without a trailing "block", "model"
+    or "net" ("what worked for MiniGPT blocks" names model:minigptblock)."""
+    text = re.sub(r"[^a-z0-9]", "", question.lower())
+    found = []
+    for family in families:
+        name = re.sub(r"[^a-z0-9]", "", family.removeprefix("model:"))
+        stems = {name} | {name[: -len(s)] for s in MODEL_SUFFIXES if name.endswith(s) and len(name) - len(s) >= 3}
+        if any(stem and stem in text for stem in stems):
+            found.append(family)
+    return tuple(found)
+
+
 def op_with_relatives(op: str) -> tuple[str, ...]:
     return (op,) + OP_RELATIVES.get(op, ())
 

@@ -48,6 +48,7 @@ from knowledge.aliases import (
     OP_SCHEDULE,
     canonical_devices,
     canonical_ops,
+    model_ops,
     normalize_op,
     op_with_relatives,
     parse_query,
@@ -656,16 +657,20 @@ def ask(store, question: str, *, device: Optional[str] = None, op: Optional[str]
         corpus = corpus_for(store, documents)
         corpus.imported = _provenance(store, "documents", list(corpus.documents))
         facets = resolve_facets(question, corpus, device, op)
+        # a model optimized here (`kscout optimize-model`), named in the question: its measurements
+        # answer it; documents are not about one user's model, so their ranking keeps the plain facets
+        models = () if op else model_ops(question, store.model_families())
+        measured = facets.model_copy(update={"ops": facets.ops + models}) if models else facets
         intent = classify(question)
         # Licence and build files answer only questions about a licence or a build (knowledge.intent).
         kinds = None if asks_about_housekeeping(question) else set(ChunkKind) - {ChunkKind.housekeeping}
         hits = rank_chunks(store, corpus, question, facets, k=k, kinds=kinds)
-        outcomes, conflicts = with_disagreements(store, search_outcomes(store, facets, k=k, intent=intent))
-        failures = search_failures(store, facets, k=k) if intent is Intent.failed else []
+        outcomes, conflicts = with_disagreements(store, search_outcomes(store, measured, k=k, intent=intent))
+        failures = search_failures(store, measured, k=k) if intent is Intent.failed else []
         o_prov = _provenance(store, "outcomes", [o.outcome_id for o in outcomes])
         f_prov = _provenance(store, "failure_patterns", [f.signature for f in failures])
     return AskResult(
-        facets=facets,
+        facets=measured,
         intent=intent.value,
         outcomes=tuple(outcomes),
         documents=tuple(hits),

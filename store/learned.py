@@ -73,6 +73,13 @@ class LearnedMixin(StoreCore):
         found = self.db.query(f"SELECT * FROM outcomes{where} ORDER BY seq DESC LIMIT ?", [*params, limit])
         return [R.outcome_from_row(r) for r in found]
 
+    def model_families(self) -> list[str]:
+        """The op families of whole-model outcomes (`kscout optimize-model`: "model:minigptblock")."""
+        found = self.db.query(
+            "SELECT DISTINCT op_family FROM outcomes WHERE starts_with(op_family, 'model:') ORDER BY op_family"
+        )
+        return [r["op_family"] for r in found]
+
     def schedule_hints(self, kinds: Sequence[str], arch: str, limit: int = 3) -> list[dict]:
         """Knobs of the best measured wins (passed, faster than eager) whose schedule shares a kind with
         `kinds`, on this arch, across op families: what a row kernel of one graph learned seeds the row

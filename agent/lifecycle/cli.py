@@ -251,18 +251,26 @@ def report_cmd(
     as_json: bool = JsonOpt,
 ) -> None:
     """Summarize a run: tables here, or a self-contained HTML page with --html."""
+    from agent.model.keep import stored_report
     from agent.search.summary import summarize
 
     with _open(store_dir) as store:
         summary = summarize(store, run, no_hybrid=no_hybrid)
         k = summary.in_hand
         source = store.get_candidate(k.candidate_id, run_id=summary.run_id).source if k else None
+        model = stored_report(store.get_run(summary.run_id))  # a run of `kscout optimize-model`
     if html is not None:
         from agent.search.report import render_html
 
-        html.write_text(render_html(summary, source))
+        section = None
+        if model is not None:
+            from agent.model.page import section as model_section
+
+            section = model_section(model)
+        html.write_text(render_html(summary, source, section))
     if as_json:
-        _print_json({**summary.model_dump(mode="json"), "html": str(html) if html else None})
+        extra = {"model_report": model.model_dump(mode="json")} if model else {}
+        _print_json({**summary.model_dump(mode="json"), **extra, "html": str(html) if html else None})
         return
     if html is not None:
         _console().print(f"wrote {html}", markup=False, highlight=False, soft_wrap=True)
@@ -270,6 +278,10 @@ def report_cmd(
     from agent.search.views import render_report
 
     render_report(_console(), summary)
+    if model is not None:
+        from agent.model.cli import render
+
+        render(model)
 
 
 def register(app: typer.Typer) -> None:

@@ -8,6 +8,8 @@
     assemble.py    one ModelNew from the regions' winning kernels, dispatched as `kscout export` does
     flow.py        the whole flow: profile, partition, extract, search (optimize-many), assemble, judge
     records.py     what the flow reports (regions table, verdicts)
+    keep.py        the assembled model in the store: one run and one candidate, promotable and revalidated as one
+    page.py        the model view: time-share bars before and after, by region (HTML, and in `kscout report`)
     cli.py         the `optimize-model` command
 
 Profiling, partitioning, assembly and the judges run on a CPU (Triton's interpreter); speed is

@@ -84,7 +84,13 @@ def render(report) -> None:
             r.name, r.kind, ", ".join(dict.fromkeys(r.ops)), f"{r.share:.1%}", state, kernel, r.judged or "-", speed
         )
     con.print(t)
-    speed = f"{report.speedup:.3g}x vs eager" if report.speedup is not None else "speed not measured on this device"
+    if report.speedup is None:
+        speed = f"speed not measured on this device{f' ({report.timing_note})' if report.timing_note else ''}"
+    else:
+        interval = f" [{report.speedup_low:.3g}, {report.speedup_high:.3g}]" if report.speedup_low else ""
+        compiled = f", {report.compile_speedup:.3g}x vs torch.compile" if report.compile_speedup else ""
+        how = "interleaved re-measure" if report.speedup_source == "remeasure" else "the judge's timing"
+        speed = f"{report.speedup:.3g}x vs eager{interval}{compiled} ({how})"
     msg = f" ({report.verdict_message})" if report.verdict_message else ""
     con.print(
         f"model: {report.verdict} end to end under {report.model_tolerance}{msg}; {speed}",
@@ -93,4 +99,18 @@ def render(report) -> None:
         soft_wrap=True,
     )
     con.print(f"assembled: {report.assembled_path}", highlight=False, markup=False, soft_wrap=True)
+    if report.report_path:
+        con.print(f"report: {report.report_path}", highlight=False, markup=False, soft_wrap=True)
+    if report.candidate_id:
+        con.print(
+            f"stored: run {report.run_id}, candidate {report.candidate_id[:12]}"
+            + (
+                f"; promote it as one: kscout promote {report.candidate_id[:12]} --approved-by NAME"
+                if report.passed
+                else ""
+            ),
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
     con.print(f"tolerance policy: {report.tolerance_policy}", highlight=False, markup=False, soft_wrap=True)

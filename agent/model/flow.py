@@ -146,16 +146,30 @@ def _schedule(source: str) -> Optional[str]:
         return None
 
 
-def model_problem(plan: Plan, work: Path) -> str:
-    """The model file with its shipped sizes as its one declared case (the kernels are proven there);
-    a file that declares SHAPES keeps them."""
+def model_family(path: str) -> str:
+    """The model's op family in the store and the registry: its file stem without KernelBench's number,
+    lowercased ("44_MiniGPTBlock.py" -> "model:minigptblock")."""
+    return "model:" + re.sub(r"^\d+_", "", Path(path).stem).lower()
+
+
+def model_problem(plan: Plan, work: Path, tolerance: str = "kernelbench") -> str:
+    """The model file as a problem that carries its own judge: its shipped sizes as its one declared case
+    (a file that declares SHAPES keeps them), its op family (`model_family`) and the tolerances of
+    `tolerance` written out as TOLERANCES. The policy travels with the file, so a promotion's gate and a
+    later `kscout revalidate` judge the model exactly as this run did."""
+    import evaluation
     from evaluation.problem_file import parse_source, read_source, size_slots
 
     source = read_source(plan.path)
     tree = parse_source(source, plan.path)
-    if not any(getattr(t, "id", None) == "SHAPES" for n in tree.body for t in getattr(n, "targets", [])):
+    declared = {getattr(t, "id", None) for n in tree.body for t in getattr(n, "targets", [])}
+    if "SHAPES" not in declared:
         case = dict(size_slots(tree), tags=["timed"])
         source += f"\n\nSHAPES = {{'cpu': [{case!r}], 'cuda': [{case!r}]}}\n"
+    if "OP_FAMILY" not in declared:
+        source += f"\nOP_FAMILY = {model_family(plan.path)!r}\n"
+    tols = evaluation.load_problem(plan.path, "cpu", tolerance=tolerance).tolerances
+    source += f"\nTOLERANCES = {{{', '.join(f'{d!r}: ({t.atol!r}, {t.rtol!r})' for d, t in tols.items())}}}\n"
     path = work / Path(plan.path).name
     path.write_text(source)
     return str(path)
@@ -169,9 +183,14 @@ def judge(
     tolerance: str = "kernelbench",
     trials: int = 1,
     winners_: Optional[dict] = None,
+    store=None,
 ) -> ModelReport:
-    """The assembled model end to end against the model file, and each winner on its own problem."""
+    """The assembled model end to end against the model file, and each winner on its own problem.
+
+    With a `store`, the assembled model is recorded as one candidate of its own run (agent.model.keep),
+    re-measured against the whole model's baselines on a GPU, so the approval gate can promote it."""
     import evaluation
+    from agent.model import keep
     from agent.search.executors import make_executor
 
     dev = "cuda" if plan.device.startswith("cuda") else "cpu"
@@ -185,29 +204,37 @@ def judge(
             plan.rows[name] = plan.rows[name].model_copy(
                 update={"judged": res.status.value, "speedup": speed.ratio if speed else None}
             )
-        problem = evaluation.load_problem(model_problem(plan, work), dev, tolerance=tolerance)
+        # the tolerance policy is written into the model's problem file (model_problem): loaded as declared
+        problem = evaluation.load_problem(model_problem(plan, work, tolerance), dev)
         res = dict(executor.evaluate_batch([source], problem))[0]
+        path = work / f"{Path(plan.path).stem}_assembled.py"
+        path.write_text(source)
+        speed, comp = res.measured_speedup("eager"), res.measured_speedup("torch_compile")
+        p = plan.profile
+        report = ModelReport(
+            model=Path(plan.path).name,
+            device=plan.device,
+            clock=p.clock,
+            eager_us=p.eager_us,
+            graph_us=p.graph_us,
+            glue_us=p.glue_us,
+            regions=tuple(plan.rows[r.name] for r in plan.regions),
+            assembled_path=str(path),
+            verdict=res.status.value,
+            verdict_message=res.message,
+            model_tolerance=tolerance,
+            speedup=speed.ratio if speed else None,
+            speedup_low=speed.ratio_low if speed else None,
+            speedup_high=speed.ratio_high if speed else None,
+            compile_speedup=comp.ratio if comp else None,
+            speedup_source="judge" if speed else None,
+            timing_note=res.timing_note,
+        )
+        if store is not None:
+            report = keep.record(store, report, source, problem, res, executor=executor)
     finally:
         executor.close()
-    speed = res.measured_speedup("eager")
-    path = work / f"{Path(plan.path).stem}_assembled.py"
-    path.write_text(source)
-    p = plan.profile
-    return ModelReport(
-        model=Path(plan.path).name,
-        device=plan.device,
-        clock=p.clock,
-        eager_us=p.eager_us,
-        graph_us=p.graph_us,
-        glue_us=p.glue_us,
-        regions=tuple(plan.rows[r.name] for r in plan.regions),
-        assembled_path=str(path),
-        verdict=res.status.value,
-        verdict_message=res.message,
-        model_tolerance=tolerance,
-        speedup=speed.ratio if speed else None,
-        timing_note=res.timing_note,
-    )
+    return report
 
 
 def optimize_model(
@@ -229,4 +256,9 @@ def optimize_model(
     won = winners(plan, store, runs)
     title = f"{Path(path).name}: ModelNew assembled by kscout optimize-model from regions {', '.join(won) or '(none)'}."
     source = assemble.assemble(plan.traced, plan.regions, plan.free, won, title)
-    return judge(plan, source, work, tolerance=tolerance, trials=trials, winners_=won)
+    report = judge(plan, source, work, tolerance=tolerance, trials=trials, winners_=won, store=store)
+    from agent.model import page
+
+    html = work / f"{Path(path).stem}_report.html"
+    html.write_text(page.render(report))
+    return report.model_copy(update={"report_path": str(html)})

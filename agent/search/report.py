@@ -136,7 +136,8 @@ def tree(s: RunSummary) -> list[dict]:
     return [node(n, frozenset({n.candidate_id})) for n in kids.get(None, [])]
 
 
-def render_html(s: RunSummary, best_source: Optional[str]) -> str:
+def render_html(s: RunSummary, best_source: Optional[str], model_section: Optional[str] = None) -> str:
+    """`model_section`: the model view (agent.model.page.section) of a `kscout optimize-model` run."""
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("agent.search", "templates"),
         undefined=jinja2.StrictUndefined,
@@ -150,6 +151,7 @@ def render_html(s: RunSummary, best_source: Optional[str]) -> str:
         errors_svg=None if timed else errors_svg(s),
         status_svg=status_svg(s) if s.points else None,
         best_source=best_source,
+        model_section=model_section,
         failed=s.failed_nodes,
         fmt=_fmt,
         label=label,
