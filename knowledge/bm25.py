@@ -71,6 +71,13 @@ class BM25Index:
         self.weights = np.concatenate(weights) if weights else np.zeros(0, dtype=np.float32)
         self._term_index = {t: i for i, t in enumerate(self.terms)}
 
+    def rows_of(self, term: str) -> np.ndarray:
+        """The rows whose text holds `term` (a token as `tokenize` makes it)."""
+        t = self._term_index.get(term)
+        if t is None:
+            return np.zeros(0, dtype=np.int32)
+        return self.rows[self.offsets[t] : self.offsets[t + 1]]
+
     # -- persistence -------------------------------------------------------------------------------
     def arrays(self) -> dict[str, np.ndarray]:
         return {

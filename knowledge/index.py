@@ -77,6 +77,18 @@ class Corpus:
                     if not canonical_devices_known(name):
                         self.device_vendor.setdefault(name.upper(), d.vendor)
 
+    @property
+    def collections(self) -> dict[str, frozenset[str]]:
+        """Library folders of the corpus (knowledge.collections), derived once per corpus."""
+        found = self.__dict__.get("_collections")
+        if found is None:
+            from knowledge.aliases import parse_query
+            from knowledge.collections import derive
+
+            found = derive(self.documents, self.chunks, self.bm25, lambda name: bool(parse_query(name).vendors))
+            self.__dict__["_collections"] = found
+        return found
+
     def allowed_rows(self, doc_ids) -> np.ndarray:
         mask = np.zeros(len(self.doc_ordinal), dtype=bool)
         for d in doc_ids:

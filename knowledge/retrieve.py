@@ -8,14 +8,20 @@ Documents:
 3. Score every surviving chunk twice, exactly: cosine similarity to the question's vector over the
    whole index (knowledge.index), and BM25 (exact tokens such as "sm_90" or "num_warps"). Both scores
    exist for every chunk, so fusion never drops a chunk because one ranking did not list it; each is
-   scaled to [0, 1] over the candidates and mixed (`VECTOR_WEIGHT`). The first chunk of either ranking
-   is always among the k returned.
+   scaled to [0, 1] over the candidates and mixed (`VECTOR_WEIGHT`), plus `HEADING_WEIGHT` times the
+   share of the passage's own section heading that the question says ("which macros were removed"
+   and "Removed macros"). The first chunk of either ranking is among the k returned, unless its
+   document is shown already by passages that score above it.
 4. Facets, per passage: a passage is about the asked device when its document's tags or its heading
    path name it, and mentions it when only its text does; likewise for the asked op, where the op's
    schedule kind also counts ("Row-wise kernels" answers a layernorm question). When a question names
    an op and a device, every passage that matches both (with relevance of at least `FACET_FLOOR`)
    comes before every passage that matches one, "about" before "mentions" (`ABOUT_BONUS`). Otherwise
-   a small boost for the device or op breaks near-ties only (at most `MAX_BOOST`).
+   a small boost for the device or op breaks near-ties only (at most `MAX_BOOST`). A question that
+   names a library of the corpus (knowledge.collections: "in CUB", "composable kernel") is about that
+   library: its passages (relevance of at least `FACET_FLOOR`) come first, and the device and op lifts
+   go to them only, so a shipped page tagged with the asked device no longer outranks the library's
+   own page that mentions the device in its text.
 5. At most `MAX_PER_DOCUMENT` chunks of one document, unless fewer documents than k can answer at all,
    or the passages over the cap score within `CAP_MARGIN` of the best (the best are in one document).
 6. Each hit carries the sentences that matched (`excerpt`), where to read it (file or URL with the
@@ -88,6 +94,10 @@ CANDIDATES = 60
 VECTOR_WEIGHT = 0.4  # a plateau from 0.25 to 0.4 on both question sets (MRR 0.926-0.939 third-party, 0.938 shipped); 0.5: 0.901, 0.65: 0.856
 DEVICE_BOOST = 0.04
 OP_BOOST = 0.03
+HEADING_WEIGHT = 0.1  # relevance added for a section heading the question says in full (_heading_cover)
+HEADING_PREFIX = 6
+COLLECTION_BOOST = 0.05  # a passage of a library the question names (knowledge.collections)
+COLLECTION_LIFT = 1.0  # ... with relevance of at least FACET_FLOOR: before every passage of elsewhere
 MAX_BOOST = DEVICE_BOOST + OP_BOOST  # a relevance lead larger than this can never be overturned
 MAX_PER_DOCUMENT = 2
 # Op-and-device questions: a passage that is about both (its document's tags or its own heading and
@@ -208,10 +218,18 @@ def rank_chunks(
         relevance = VECTOR_WEIGHT * _scaled(cos) + (1 - VECTOR_WEIGHT) * _scaled(bm_scores[rows])
     else:
         relevance = _scaled(bm_scores[rows])
+    relevance = relevance + HEADING_WEIGHT * _heading_cover(corpus, query, rows)
     facets_of = _passage_facets(corpus, facets, rows, dev_match, op_match)
+    # A question that names a library (knowledge.collections) is about its documents: the facet lifts
+    # go to passages inside the named collections only, which also get COLLECTION_BOOST among themselves.
+    inside = _named_collection_docs(corpus, query)
     boost = np.zeros(rows.size, dtype=np.float64)
     for i, (dev, op) in enumerate(facets_of):
-        boost[i] = DEVICE_BOOST * (dev > 0) + OP_BOOST * (op > 0)
+        if inside is not None:
+            if corpus.chunks[int(rows[i])].document_id not in inside:
+                continue
+            boost[i] = COLLECTION_LIFT if relevance[i] >= FACET_FLOOR else COLLECTION_BOOST
+        boost[i] += DEVICE_BOOST * (dev > 0) + OP_BOOST * (op > 0)
         if facets.devices and facets.ops and dev and op and relevance[i] >= FACET_FLOOR:
             boost[i] += BOTH_LIFT + ABOUT_BONUS * ((dev == 2) + (op == 2))
     score = relevance + boost
@@ -221,6 +239,49 @@ def rank_chunks(
     chosen = _select(corpus, ranked, k, max_per_document, leaders)
     matched = {int(r): f for r, f in zip(rows, facets_of)}
     return [_hit(corpus, row, s, vec_rank.get(row), bm_rank.get(row), matched[row], query) for s, row in chosen]
+
+
+def _heading_cover(corpus: Corpus, query: str, rows: np.ndarray) -> np.ndarray:
+    """How much of each passage's own section heading the question says: the IDF-weighted share of the
+    heading's words that are among the question's ("which macros were removed" covers "Removed macros"
+    whole, and "ABI breaks" not at all)."""
+    asked = set(tokenize(query))
+    cache: dict[int, tuple] = corpus.__dict__.setdefault("_heading_terms", {})
+    out = np.zeros(rows.size, dtype=np.float64)
+    for i, r in enumerate(rows.tolist()):
+        terms = cache.get(r)
+        if terms is None:
+            path = corpus.chunks[r].heading_path
+            terms = tuple(dict.fromkeys(tokenize(path[-1]))) if path else ()
+            cache[r] = terms
+        if not terms:
+            continue
+        weights = [corpus.bm25.term_idf(t) for t in terms]
+        total = sum(weights)
+        if total > 0:
+            out[i] = sum(w for t, w in zip(terms, weights) if _said(t, asked)) / total
+    return out
+
+
+def _said(term: str, asked: set[str]) -> bool:
+    """A heading word the question says: the same token, or one of the same word family by a shared
+    start of at least HEADING_PREFIX letters ("comparing" and "compare", "deterministic" and
+    "determinism")."""
+    if term in asked:
+        return True
+    if len(term) < HEADING_PREFIX or not term.isalpha():
+        return False
+    return any(len(a) >= HEADING_PREFIX and a[:HEADING_PREFIX] == term[:HEADING_PREFIX] for a in asked)
+
+
+def _named_collection_docs(corpus: Corpus, query: str) -> Optional[set[str]]:
+    """The documents of the collections the question names; None when it names none."""
+    from knowledge.collections import named
+
+    names = named(query, corpus.collections)
+    if not names:
+        return None
+    return {d for name in names for d in corpus.collections[name]}
 
 
 def _passage_facets(
@@ -270,8 +331,9 @@ def _select(
 ) -> list[tuple[float, int]]:
     """Best first, at most `cap` chunks a document, except passages within CAP_MARGIN of the best
     score (when the best passages are all in one document, all of them are shown); backfilled past
-    the cap when fewer documents than k have anything; and the first chunk of each ranking always
-    kept (in place of its own document's weakest chunk when that document is at the cap)."""
+    the cap when fewer documents than k have anything; and the first chunk of each ranking kept (in
+    place of its own document's weakest chunk when that document is at the cap), unless its document
+    is at the cap with passages that all score above it."""
     chosen: list[tuple[float, int]] = []
     skipped: list[tuple[float, int]] = []
     per_doc: dict[str, int] = {}
@@ -296,9 +358,13 @@ def _select(
         doc_id = corpus.chunks[leader].document_id
         replaceable = [i for i, (_, row) in enumerate(chosen) if row not in leaders]
         # A leader whose document is already at the cap takes the place of that document's weakest
-        # chunk, so the cap holds and other documents keep their places.
+        # chunk, so the cap holds and other documents keep their places; where that chunk scores above
+        # the leader, the document is shown already by better passages, and the leader stays out.
         same_doc = [i for i in replaceable if corpus.chunks[chosen[i][1]].document_id == doc_id]
-        if same_doc and sum(corpus.chunks[row].document_id == doc_id for _, row in chosen) >= cap:
+        at_cap = sum(corpus.chunks[row].document_id == doc_id for _, row in chosen) >= cap
+        if same_doc and at_cap:
+            if chosen[same_doc[-1]][0] >= item[0]:
+                continue  # its document is shown already, by passages that score above it
             chosen.pop(same_doc[-1])
         elif len(chosen) >= k and replaceable:
             chosen.pop(replaceable[-1])

@@ -315,11 +315,13 @@ def test_rank_chunks_keeps_the_first_of_each_ranking_and_caps_chunks_per_documen
         ids = {h.chunk_id for h in hits}
         vec = search_vectors(corpus, store.embed_query(question), mask, 1)
         bm = corpus.bm25.top(question, 1, mask)
-        for row, _ in vec + bm:
-            assert corpus.chunks[row].chunk_id in ids, question
         per_doc = {}
         for h in hits:
             per_doc[h.document_id] = per_doc.get(h.document_id, 0) + 1
+        for row, _ in vec + bm:  # each leader is shown, or its document is, at the cap, by better passages
+            leader = corpus.chunks[row]
+            shown_instead = per_doc.get(leader.document_id, 0) >= retrieve.MAX_PER_DOCUMENT
+            assert leader.chunk_id in ids or shown_instead, question
         assert max(per_doc.values()) <= retrieve.MAX_PER_DOCUMENT
     # With only one document able to answer, the cap does not leave the answer short.
     h200 = next(d for d, doc in corpus.documents.items() if doc.source.endswith("nvidia-h200.md"))
@@ -457,16 +459,20 @@ def test_kscout_ask_in_a_fresh_process_imports_no_torch_no_chromadb_no_docutils(
     )
 
 
-def test_a_leader_from_a_document_at_the_cap_replaces_that_documents_weakest_chunk():
+def test_a_leader_from_a_document_at_the_cap_replaces_that_documents_weaker_chunk_only():
     from types import SimpleNamespace
 
     from knowledge.retrieve import _select
 
     docs = {0: "a", 1: "a", 2: "b", 3: "c", 4: "a"}
     corpus = SimpleNamespace(chunks={row: SimpleNamespace(document_id=d) for row, d in docs.items()})
-    ranked = [(0.9, 0), (0.8, 1), (0.7, 2), (0.6, 3), (0.5, 4)]  # row 4 (document a) leads another ranking
+    ranked = [(0.9, 0), (0.7, 2), (0.6, 3), (0.55, 4), (0.5, 1)]  # row 4 (document a) leads another ranking
     chosen = _select(corpus, ranked, k=4, cap=2, leaders={0, 4})
-    assert [row for _, row in chosen] == [0, 2, 3, 4]  # a's second chunk (row 1) gave way, b and c stay
+    assert [row for _, row in chosen] == [0, 2, 3, 4]  # a's weaker chunk (row 1) gave way, b and c stay
+    # where a's chunk at the cap scores above the leader, a is shown already: the leader stays out
+    ranked = [(0.9, 0), (0.8, 1), (0.7, 2), (0.6, 3), (0.5, 4)]
+    chosen = _select(corpus, ranked, k=4, cap=2, leaders={0, 4})
+    assert [row for _, row in chosen] == [0, 1, 2, 3]
     # a leader from a document under the cap still takes the weakest place overall
     chosen = _select(corpus, [(0.9, 0), (0.7, 2), (0.6, 3), (0.55, 1), (0.5, 4)], k=3, cap=2, leaders={4})
     assert [row for _, row in chosen] == [0, 2, 4]
@@ -531,13 +537,14 @@ def test_the_thirdparty_question_set_names_passages_that_exist():
 @pytest.mark.slow
 def test_thirdparty_questions_hold_the_measured_ranking(thirdparty_scores):
     out = thirdparty_scores
-    # Measured 2026-12-05 (this change): hit@1 0.64, recall@5 0.78, MRR 0.70; before it 0.58, 0.70, 0.63.
-    assert out["hit_at_1"] >= 0.62 and out["mrr"] >= 0.68 and out["recall_at_5"] >= 0.76, out["_misses"]
+    # Measured 2026-12-06 (library collections, heading cover, the leader rule): hit@1 0.80, recall@5
+    # 0.90, MRR 0.847; before: 0.64, 0.78, 0.70 (2026-12-05) and 0.58, 0.70, 0.63.
+    assert out["hit_at_1"] >= 0.78 and out["mrr"] >= 0.82 and out["recall_at_5"] >= 0.88, out["_misses"]
     assert out["outcome_first"] == 1.0, out["_outcome_misses"]
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 27 item 2 goals not met yet: hit@1 0.64, MRR 0.70, op-device top-3 3/9")
+@pytest.mark.xfail(strict=True, reason="issue 27 item 2 goals not met yet: hit@1 0.80, MRR 0.847, op-device top-3 7/9")
 def test_thirdparty_questions_meet_the_issue_goals(thirdparty_scores):
     out = thirdparty_scores
     assert out["hit_at_1"] >= 0.85 and out["mrr"] >= 0.9
