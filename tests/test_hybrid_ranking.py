@@ -96,6 +96,29 @@ def test_show_takes_no_hybrid_on_the_command_line(run_with_a_hybrid_best, capsys
     assert shown["hybrids_left_out"] == [ids["hybrid"]] and shown["best"] is None
 
 
+def test_optimize_many_takes_no_hybrid_into_every_search_and_its_summaries(
+    run_with_a_hybrid_best, monkeypatch, capsys
+):
+    """The searches themselves are stood in for (a finished run with a hybrid best): what is checked is
+    that the flag reaches each search's configuration and each summary the command prints."""
+    from agent.search import many
+
+    home, run_id, ids = run_with_a_hybrid_best
+    seen = []
+
+    def searches(configs, store, **_):
+        seen.extend(configs)
+        outcomes = tuple(many.SearchOutcome(problem=c.problem, run_id=run_id, state="finished") for c in configs)
+        return many.ManyResult(outcomes=outcomes, elapsed_s=0.0, cost_usd=0.0)
+
+    monkeypatch.setattr(many, "run_many", searches)
+    main(["optimize-many", "layernorm", "softmax", "--no-hybrid", "--device", "cpu", "--json", "--store", str(home)])
+    printed = json.loads(capsys.readouterr().out)
+    assert [c.no_hybrid for c in seen] == [True, True]
+    assert [s["summary"]["hybrids_left_out"] for s in printed["searches"]] == [[ids["hybrid"]]] * 2
+    assert all(s["summary"]["best"] is None for s in printed["searches"])
+
+
 def test_the_search_never_picks_a_hybrid_under_no_hybrid(problem):
     r = result(problem, variant(1), gpu_fp())
     hybrid = r.model_copy(update=HYBRID)

@@ -27,6 +27,9 @@ def optimize_model(
     stall: Optional[int] = typer.Option(30, help="stop a region's search after this many without improvement"),
     trials: int = typer.Option(1, help="correctness trials per shape"),
     tolerance: str = typer.Option("kernelbench", help="the end-to-end judge: kernelbench (1e-2) | strict"),
+    no_hybrid: bool = typer.Option(
+        False, "--no-hybrid", help="regions never take a kernel with PyTorch compute beside its Triton kernels"
+    ),
     out: Optional[Path] = typer.Option(None, "--out", help="folder for region problems and the assembled model"),
     store: Optional[Path] = typer.Option(None, "--store", help="store folder (default $KSCOUT_HOME)"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object (one line) instead of text"),
@@ -60,6 +63,7 @@ def optimize_model(
             minutes=minutes,
             tolerance=tolerance,
             trials=trials,
+            no_hybrid=no_hybrid,
         )
     if as_json:
         print_json(report.model_dump(mode="json"))

@@ -100,6 +100,7 @@ def search(
     minutes: Optional[float] = None,
     trials: int = 1,
     on_event: Optional[Callable] = None,
+    no_hybrid: bool = False,
 ) -> dict[str, str]:
     """One search per hot region (optimize-many's machinery, one executor, one deadline); region -> run id."""
     from agent.search.many import Shared, run_many
@@ -108,7 +109,7 @@ def search(
     hot = [row for row in plan.rows.values() if row.state == "searched"]
     if not hot:
         return {}
-    base = dict(device=plan.device, stall=stall, trials=trials, batch=1, workers=1)
+    base = dict(device=plan.device, stall=stall, trials=trials, batch=1, workers=1, no_hybrid=no_hybrid)
     configs = [
         c.model_copy(update={"budget": row.budget})
         for c, row in zip(many_plan([str(r.problem_path) for r in hot], base), hot)
@@ -117,12 +118,14 @@ def search(
     return {row.name: o.run_id for row, o in zip(hot, result.outcomes) if o.run_id}
 
 
-def winners(plan: Plan, store, runs: dict[str, str]) -> dict[str, assemble.Winner]:
+def winners(plan: Plan, store, runs: dict[str, str], *, no_hybrid: bool = False) -> dict[str, assemble.Winner]:
+    """Each searched region's kernel: its run's pick (timed) or its passing kernel (a CPU); with
+    `no_hybrid`, never one that runs PyTorch compute beside its Triton kernels."""
     from agent.search.summary import summarize
 
     out = {}
     for name, run_id in runs.items():
-        s = summarize(store, run_id)
+        s = summarize(store, run_id, no_hybrid=no_hybrid)
         kernel = s.best if s.timed else s.in_hand
         row = plan.rows[name]
         update: dict[str, Any] = {"run_id": run_id}
@@ -250,10 +253,11 @@ def optimize_model(
     tolerance: str = "kernelbench",
     trials: int = 1,
     on_event: Optional[Callable] = None,
+    no_hybrid: bool = False,
 ) -> ModelReport:
     plan = prepare(path, device=device, budget=budget, min_share=min_share, work=work)
-    runs = search(plan, store, stall=stall, minutes=minutes, trials=trials, on_event=on_event)
-    won = winners(plan, store, runs)
+    runs = search(plan, store, stall=stall, minutes=minutes, trials=trials, on_event=on_event, no_hybrid=no_hybrid)
+    won = winners(plan, store, runs, no_hybrid=no_hybrid)
     title = f"{Path(path).name}: ModelNew assembled by kscout optimize-model from regions {', '.join(won) or '(none)'}."
     source = assemble.assemble(plan.traced, plan.regions, plan.free, won, title)
     report = judge(plan, source, work, tolerance=tolerance, trials=trials, winners_=won, store=store)

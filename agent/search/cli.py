@@ -468,6 +468,7 @@ def _register_many(app: typer.Typer) -> None:
         trials: int = typer.Option(2, help="correctness trials per shape"),
         dtype: Optional[List[str]] = typer.Option(None, "--dtype", help="prove and time only this dtype (repeatable)"),
         tolerance: str = typer.Option("strict", help="strict (default) | kernelbench (atol = rtol = 1e-2)"),
+        no_hybrid: bool = NoHybridOpt,
         executor: str = ExecutorOpt,
         ray_address: Optional[str] = RayAddressOpt,
         ray_resource: Optional[str] = RayResourceOpt,
@@ -498,6 +499,7 @@ def _register_many(app: typer.Typer) -> None:
             trials=trials,
             dtypes=tuple(dtype or ()),
             tolerance=tolerance,
+            no_hybrid=no_hybrid,
             executor=executor,
             ray_resource=ray_resource,
         )
@@ -510,7 +512,10 @@ def _register_many(app: typer.Typer) -> None:
         with _open_store(store) as st, _ManyView(console(stderr=True), names) as view:
             result = run_many(configs, st, shared=shared, ray_address=ray_address, on_event=view)
         with _open_store(store) as st:
-            rows = [(o, summarize(st, o.run_id) if o.run_id else None) for o in result.outcomes]
+            rows = [
+                (o, summarize(st, o.run_id, no_hybrid=c.no_hybrid) if o.run_id else None)
+                for o, c in zip(result.outcomes, configs)
+            ]
         if as_json:
             print_json(
                 {
