@@ -96,9 +96,7 @@ def test_show_takes_no_hybrid_on_the_command_line(run_with_a_hybrid_best, capsys
     assert shown["hybrids_left_out"] == [ids["hybrid"]] and shown["best"] is None
 
 
-def test_optimize_many_takes_no_hybrid_into_every_search_and_its_summaries(
-    run_with_a_hybrid_best, monkeypatch, capsys
-):
+def test_optimize_many_takes_no_hybrid_into_every_search_and_its_summaries(run_with_a_hybrid_best, monkeypatch, capsys):
     """The searches themselves are stood in for (a finished run with a hybrid best): what is checked is
     that the flag reaches each search's configuration and each summary the command prints."""
     from agent.search import many

@@ -98,6 +98,7 @@ def render(summary: RunSummary, kernel: KernelView, source: str, path: Optional[
         f"device: {device}; {_versions(summary)}",
         f"run {summary.run_id}, candidate {kernel.candidate_id} ({kernel.proposer})",
         *verdict_lines(summary, kernel),
+        *([f"dot precision: {'; '.join(kernel.dot_precision)}"] if kernel.dot_precision else []),
         f"re-evaluate: {reeval_command(summary, path or 'THIS_FILE.py')}",
         f"on a CPU: {CPU_HINT}",
         "(this header is comments only; below it is the candidate exactly as it was evaluated)",

@@ -22,6 +22,7 @@ from typing import Literal, Optional
 from pydantic import computed_field
 
 from agent import Frozen
+from agent.search.precision import dot_precisions
 from agent.search.stopping import measured_speedup
 from evaluation.records import EvalResult, Fingerprint, ProblemInfo
 from store.records import CandidateRecord, RunRecord, RunStatus, StopRule
@@ -131,6 +132,8 @@ class KernelView(Frozen):
     # device time (0..1; None where nothing was profiled, the CPU)
     hybrid_ops: tuple[str, ...] = ()
     hybrid_device_fraction: Optional[float] = None
+    # what its tl.dot calls ask for ("ieee", "tf32x3", Triton's default...): agent.search.precision
+    dot_precision: tuple[str, ...] = ()
 
     @property
     def hybrid(self) -> bool:
@@ -403,6 +406,7 @@ class _Loaded:
             checks=_checks(r) if r else (),
             hybrid_ops=r.hybrid_ops if r else (),
             hybrid_device_fraction=r.hybrid_device_fraction if r else None,
+            dot_precision=dot_precisions(self.by_id[cid].source) if cid in self.by_id else (),
         )
 
 

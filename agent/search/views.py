@@ -157,6 +157,8 @@ def summary_rows(summary: RunSummary) -> list[tuple[str, str]]:
         ("failures", fails),
         *verdict_rows(summary.in_hand, summary),
     ]
+    if summary.in_hand is not None and summary.in_hand.dot_precision:
+        rows.append(("dot precision", "; ".join(summary.in_hand.dot_precision)))
     if summary.hybrids_left_out:
         ids = ", ".join(short(c) for c in summary.hybrids_left_out[:3])
         more = f" (+{len(summary.hybrids_left_out) - 3} more)" if len(summary.hybrids_left_out) > 3 else ""
