@@ -37,8 +37,17 @@ class Plan:
     extracted: dict[str, extract.Extracted] = field(default_factory=dict)
 
 
-def prepare(path: str, *, device: str = "cpu", budget: int = 8, min_share: float = 0.05, work: Path) -> Plan:
-    """Trace, profile, partition and extract; each hot region gets its share of `budget`."""
+def prepare(
+    path: str,
+    *,
+    device: str = "cpu",
+    budget: int = 8,
+    min_share: float = 0.05,
+    work: Path,
+    profile_iters: tuple[int, int] = (2, 3),
+) -> Plan:
+    """Trace, profile, partition and extract; each hot region gets its share of `budget`.
+    `profile_iters`: (warm-up, profiled) forwards of the model and of the captured graph."""
     from agent.proposers.lowering import LoweringError, lower_source
     from evaluation.problem_file import read_source
 
@@ -53,7 +62,7 @@ def prepare(path: str, *, device: str = "cpu", budget: int = 8, min_share: float
     g = traced.captured.gm.graph
     regions = partition.partition(g, traced.meta, partition.param_placeholders(traced.captured))
     free = partition.free_nodes(g, traced.meta)
-    prof = profile.profile(traced, regions, device)
+    prof = profile.profile(traced, regions, device, warmup=profile_iters[0], iters=profile_iters[1])
     plan = Plan(path=str(path), device=device, traced=traced, regions=regions, free=free, profile=prof)
     name = Path(path).name
     reasons: dict[str, tuple[Any, Optional[str]]] = {}  # region -> (RegionRow.state, why)

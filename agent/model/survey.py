@@ -54,7 +54,10 @@ def survey_one(path: str, device: str = "cpu", min_share: float = 0.05) -> Surve
     name = Path(path).name
     try:
         with tempfile.TemporaryDirectory(prefix="kscout-survey-") as work:
-            plan = flow.prepare(path, device=device, budget=8, min_share=min_share, work=Path(work))
+            # one profiled forward after none to warm up: a survey asks what is taken, the shares are rough
+            plan = flow.prepare(
+                path, device=device, budget=8, min_share=min_share, work=Path(work), profile_iters=(0, 1)
+            )
     except Exception as exc:  # a survey reports every failure as a row, whatever raised it
         reason = " ".join(f"{type(exc).__name__}: {exc}".split())[:240]
         return SurveyRow(model=name, status="out", reason=reason, seconds=time.perf_counter() - t0)
