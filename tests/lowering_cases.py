@@ -89,6 +89,25 @@ CASES: dict[str, str] = {
     "batch_norm_eval": ref(
         "def forward(self, x):\n    return self.bn(x)\n", "[torch.randn(8, 6)]", init="self.bn = nn.BatchNorm1d(6)"
     ),
+    # torch.split: pieces of equal size (the last one shorter), and pieces of given sizes (attention's qkv)
+    "split_qkv": ref(
+        """
+        def forward(self, x):
+            q, k, v = x.split(E, dim=2)
+            a, b, c = x.split(4, dim=1)
+            return q * torch.sigmoid(k) + v, a.sum(1) + b.sum(1) + 2 * c.sum(1)
+        """,
+        "[torch.randn(2, 10, 3 * E)]",
+        consts="E = 8\n",
+    ),
+    "split_sizes": ref(
+        """
+        def forward(self, x):
+            a, b, c = torch.split(x, [3, 5, 2], dim=-1)
+            return torch.relu(b).mean(dim=-1) + a.sum(dim=-1) - c[..., 0]
+        """,
+        "[torch.randn(6, 10)]",
+    ),
     # scans
     "cumsum": ref("def forward(self, x):\n    return torch.cumsum(x, dim=1)\n", "[torch.randn(4, 37)]"),
     "cumprod_dim0": ref("def forward(self, x):\n    return torch.cumprod(x, dim=0)\n", "[torch.rand(9, 5) + 0.5]"),

@@ -29,6 +29,8 @@ FAST = (
     "hinge",
     "module_tree",
     "module_tree_pool",
+    "split_qkv",
+    "split_sizes",
 )
 
 

@@ -556,6 +556,25 @@ def _slice(lw, node, x, dim=0, start=None, end=None, step=1):
     return Lazy(shape, x.dtype, load)
 
 
+@register(aten.split.Tensor, aten.split_with_sizes.default, aten.split.sizes)
+def _split(lw, node, x, split, dim=0):
+    """torch.split and Tensor.split: each piece a slice of `x` along `dim` (no copy), as the graph's
+    getitems take them. An int splits into pieces of that size, the last one shorter; a list gives each
+    piece's size. The number of pieces is the traced one (the node's value is a tuple of that length)."""
+    dim = dim % len(x.shape)
+    if isinstance(split, (list, tuple)):
+        sizes = [sym(s) for s in split]
+    else:
+        count = len(node.meta["val"])
+        step = sym(split)
+        sizes = [sympy.Min(step, x.shape[dim] - i * step) for i in range(count)]
+    pieces, start = [], Zero
+    for n in sizes:
+        pieces.append(_slice(lw, node, x, dim, start, start + n))
+        start = start + n
+    return pieces
+
+
 @register(aten.select.int)
 def _select(lw, node, x, dim, index):
     dim = dim % len(x.shape)
