@@ -89,7 +89,9 @@ def render(report) -> None:
         )
     con.print(t)
     if report.speedup is None:
-        speed = f"speed not measured on this device{f' ({report.timing_note})' if report.timing_note else ''}"
+        note = report.timing_note or ""
+        speed = f"speed {note}" if note.startswith("not measured") else "speed not measured on this device"
+        speed += f" ({note})" if note and not note.startswith("not measured") else ""
     else:
         interval = f" [{report.speedup_low:.3g}, {report.speedup_high:.3g}]" if report.speedup_low else ""
         compiled = f", {report.compile_speedup:.3g}x vs torch.compile" if report.compile_speedup else ""
