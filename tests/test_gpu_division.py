@@ -9,7 +9,10 @@ template, the lowering. The naive `sum / N` fails the same check, so the emulati
 
 from __future__ import annotations
 
+import atexit
 import re
+import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -42,8 +45,14 @@ def gpu_division(monkeypatch):
     _divide_like_the_gpu(monkeypatch)
 
 
+# Triton reads a kernel's source from its file: modules are written into a folder of this run's own,
+# removed at exit (they used to pile up in /tmp).
+_MODULES = Path(tempfile.mkdtemp(prefix="kscout-division-"))
+atexit.register(shutil.rmtree, _MODULES, True)
+
+
 def _module(source: str, name: str):
-    path = Path(f"/tmp/{name}.py")
+    path = _MODULES / f"{name}.py"
     path.write_text(source)
     return import_file(path, name)
 
