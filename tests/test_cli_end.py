@@ -398,6 +398,14 @@ def test_ctrl_c_marks_the_run_interrupted_prints_the_resume_hint_exits_3_and_res
     assert Path(done["kernel_file"]).exists()
 
 
+def default_signals() -> None:
+    """In the child, before exec: SIGINT and SIGTERM at their defaults. A disposition of SIG_IGN is
+    inherited across exec, and Python then installs no Ctrl-C handler; an earlier test in this process
+    (or a shell that starts jobs with SIGINT ignored) must not decide what the signal does here."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def _start(store: Path, budget: int = 30, executor: str = "local") -> subprocess.Popen:
     return subprocess.Popen(
         [
@@ -420,6 +428,7 @@ def _start(store: Path, budget: int = 30, executor: str = "local") -> subprocess
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_signals,
     )
 
 

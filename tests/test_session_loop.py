@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from fake_openai import SEED_SOURCE, FakeOpenAI, cheat, good_kernel, malformed, prose
+from test_cli_end import default_signals
 
 import evaluation
 from agent.search.session import SessionConfig, resume, start
@@ -464,6 +465,7 @@ def test_ctrl_c_records_the_run_interrupted_exits_3_and_resume_finishes_it(home)
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        preexec_fn=default_signals,  # Ctrl-C must reach it, whatever this process's SIGINT is set to
     )
     try:
         lines = _read_until(proc, "[evaluated 1/3]", timeout_s=240)
