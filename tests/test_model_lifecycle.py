@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from test_lifecycle_support import cpu_fp, gpu_candidate, write_deployment
+from test_optimize_model import MLP
 from test_report import CHROMIUM, _chromium
 
 import evaluation
@@ -30,32 +31,7 @@ from knowledge.retrieve import ask
 from store import Store
 from store.records import PromotionState
 
-MODEL = """
-import torch
-import torch.nn as nn
-
-batch_size = 4
-in_features = 16
-hidden = 32
-out_features = 8
-
-
-class Model(nn.Module):
-    def __init__(self, in_features, hidden, out_features):
-        super().__init__()
-        self.net = nn.Sequential(nn.Linear(in_features, hidden), nn.ReLU(), nn.Linear(hidden, out_features))
-
-    def forward(self, x):
-        return self.net(x)
-
-
-def get_inputs():
-    return [torch.randn(batch_size, in_features)]
-
-
-def get_init_inputs():
-    return [in_features, hidden, out_features]
-"""
+MODEL = MLP  # a Sequential of Linear, ReLU, Linear: two contraction regions
 
 FAMILY = "model:tinymlpblock"
 

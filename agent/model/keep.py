@@ -101,14 +101,7 @@ def record(
         if timed is not None:  # the outcome cites the interleaved numbers it reports
             eval_id = store.add_evaluation(run_id, cid, timed, kind="remeasure")
         if not result.passed:
-            store.record_failure(
-                problem.op_family,
-                fp.arch,
-                result.failed_stage.value if result.failed_stage else "unknown",
-                result.error_class or result.status.value,
-                result.message or result.status.value,
-                cid,
-            )
+            writeback.record_failure(store, cid, result, problem, fp)
         for o in writeback.outcomes_for(candidate, timed or result, eval_id, problem, fp):
             store.add_outcome(o.model_copy(update={"summary": f"model {report.model}: {o.summary}"}))
         store.finish_run(

@@ -143,18 +143,23 @@ def record(
     return eval_id
 
 
+def record_failure(store, candidate_id: str, result: EvalResult, problem: ProblemInfo, fingerprint) -> None:
+    """Count a failed evaluation in the store's failure patterns (by family, arch, stage and class)."""
+    store.record_failure(
+        problem.op_family,
+        fingerprint.arch,
+        result.failed_stage.value if result.failed_stage else "unknown",
+        result.error_class or result.status.value,
+        result.message or result.status.value,
+        candidate_id,
+    )
+
+
 def derive(store, eval_id, candidate, result, problem, fingerprint, *, parent_eval_id=None) -> None:
     if result.status is Status.not_judged:  # the interpreter ran out of time: no knowledge about the kernel
         return
     if not result.passed:
-        store.record_failure(
-            problem.op_family,
-            fingerprint.arch,
-            result.failed_stage.value if result.failed_stage else "unknown",
-            result.error_class or result.status.value,
-            result.message or result.status.value,
-            candidate.candidate_id,
-        )
+        record_failure(store, candidate.candidate_id, result, problem, fingerprint)
     for outcome in outcomes_for(candidate, result, eval_id, problem, fingerprint, parent_eval_id):
         store.add_outcome(outcome)
 
