@@ -39,6 +39,16 @@ JUDGE_SLOTS = threading.BoundedSemaphore(2)
 # A judgement whose float64 output a search already keeps draws no inputs and runs no reference: only
 # the chunked comparison's temporaries (about 1 GiB), so more of them run at once.
 KEPT_JUDGE_SLOTS = threading.BoundedSemaphore(6)
+# Small outputs are judged on the host. A parent judging a batch shares the GPU with the batch's
+# workers, and without MPS the device time-slices between their contexts: every kernel and every read
+# back of the parent waits for a turn (a batch's judgements took 30 times longer than one alone on an
+# H100). A reference output of at most this many elements is kept in host memory, and a worker's output
+# of at most HOST_READ_BYTES (evaluation/shared.py) is copied straight to the host, so comparing the
+# many small cases of a problem needs no kernel of the parent's at all.
+HOST_JUDGE_ELEMENTS = 1 << 19
+# Device memory the parent's allocator may hold unused after a judgement before it is given back for the
+# workers (emptying the cache after every judgement waits for the device twice, in every thread).
+JUDGE_CACHE_SLACK_BYTES = 1 << 30
 REFERENCE_WAIT_S = 600.0  # at most this long for another thread's reference (then computed here)
 _DONE = threading.Event()  # claim(): the reference is kept already
 _DONE.set()
@@ -129,6 +139,8 @@ class References:
             # what the next one needs, so once the budget is full nothing more is kept.
             if k in self._kept or self._kept_bytes + nbytes > self.keep_bytes:
                 return
+            if sum(t.numel() for t in items if isinstance(t, torch.Tensor)) <= HOST_JUDGE_ELEMENTS:
+                expected = _on_host(expected)  # judged on the host from now on (HOST_JUDGE_ELEMENTS)
             self._kept[k] = expected
             self._kept_bytes += nbytes
 
@@ -269,6 +281,11 @@ def _layout(strides: list, expected: Any) -> str | None:
     return None
 
 
+def _cache_slack() -> int:
+    """Bytes the parent's CUDA allocator holds but no tensor uses (host-side counters: no device wait)."""
+    return torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
+
+
 def _on_host(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         return value.cpu()
@@ -282,6 +299,10 @@ class Judge:
 
     def __init__(self, refs: References, device: str):
         self.refs, self.device = refs, device
+        # Seconds this judge spent waiting (for a judging slot, or for another thread's reference) and
+        # judging: the throughput benchmark's split of the parent's time (evaluation/phases.py).
+        self.waited_s = 0.0
+        self.judged_s = 0.0
 
     def judge(self, case: ShapeCase, trial: protocol.Trial, blob: bytes, strides: list) -> Comparison:
         try:
@@ -293,6 +314,7 @@ class Judge:
             tol = tol.model_copy(
                 update=dict(atol=tol.atol * STRESS_TOLERANCE_FACTOR, rtol=tol.rtol * STRESS_TOLERANCE_FACTOR)
             )
+        t0 = time.perf_counter()
         kept = self.refs.kept(case, trial)
         owner = False
         if kept is None:
@@ -304,7 +326,12 @@ class Judge:
                 kept = self.refs.kept(case, trial)  # None if the budget was full: computed here after all
         try:
             with KEPT_JUDGE_SLOTS if kept is not None else JUDGE_SLOTS:  # drawing inputs takes device memory too
-                verdict = self._compare(case, trial, payload, strides, tol, kept)
+                t1 = time.perf_counter()
+                self.waited_s += t1 - t0
+                try:
+                    verdict = self._compare(case, trial, payload, strides, tol, kept)
+                finally:
+                    self.judged_s += time.perf_counter() - t1
                 if (
                     not verdict.passed
                     and verdict.kind != "LayoutMismatch"
@@ -381,8 +408,8 @@ class Judge:
             return verdict
         finally:
             del drawn
-            if self.device == "cuda":
-                torch.cuda.empty_cache()  # threads take turns: what one judgement cached, the next may need
+            if self.device == "cuda" and _cache_slack() > JUDGE_CACHE_SLACK_BYTES:
+                torch.cuda.empty_cache()  # the batch's workers may need what this judgement left cached
 
     def _waiting_for_memory(self, draw):
         for attempt in range(_OOM_RETRIES + 1):

@@ -236,7 +236,8 @@ class Cuda:
         )
 
     def copy_to_host_async(self, dst: int, src: int, nbytes: int, stream: int) -> None:
-        """Device-to-host copy into page-locked memory at `dst`, queued on `stream`."""
+        """Device-to-host copy to `dst`, queued on `stream` (into pageable memory the driver finishes it
+        before it returns)."""
         self._current()
         self._check(
             "cuMemcpyDtoHAsync",

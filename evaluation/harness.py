@@ -287,11 +287,13 @@ def _run(
     *,
     plant: list[Path] | None = None,
     after: Optional[Callable[[Scratch], None]] = None,
+    judge: Any = None,
 ) -> WorkerExit:
     """One worker in its own scratch folder (a warm one from the pool where it keeps some):
     `request_for(scratch, key)` writes its inputs. `plant`: Triton caches copied into a sandboxed
     worker's cache before it starts (context.py); `after(scratch)` runs once it exited, before its
-    scratch folder is removed."""
+    scratch folder is removed. `judge`: the run's Judge, whose waiting and judging times the
+    throughput benchmark's rows split the parent's time by."""
     warm = _take_warm(device, isolation)
     scratch = warm.scratch if warm is not None else Scratch.make(scratch_root())
     heard: dict[str, Any] = {"parent_s": 0.0}
@@ -335,6 +337,8 @@ def _run(
                     cases=len(request.cases),
                     parent_inputs_s=heard["inputs_s"],
                     parent_judge_s=heard["parent_s"],
+                    parent_wait_s=judge.waited_s if judge is not None else None,
+                    parent_compare_s=judge.judged_s if judge is not None else None,
                     planted=heard.get("planted", 0),
                     spawned_at=warm.spawned_at if warm is not None else None,
                     exited_at=time.time(),
@@ -451,7 +455,7 @@ def evaluate(
     keep = None
     if context is not None and isolation == "bwrap":
         keep = lambda scratch: context.stash_kernels(sha, scratch.out_dir / TRITON_CACHE)  # noqa: E731
-    exit_ = _run(run.request, dev, timeout_s, isolation, run.on_message, after=keep)
+    exit_ = _run(run.request, dev, timeout_s, isolation, run.on_message, after=keep, judge=run.judge)
     result = _judged(run, exit_, info, dev, timeout_s, finish, seen)
     if context is not None and not result.passed:
         context.drop_kernels(sha)
@@ -854,7 +858,7 @@ def _time_batch(
     caller retries each alone); with a single source, that failure is the source's own status."""
     names = [str(i) for i in range(len(sources))]
     run = TimedRun(info, dev, seed, refs, trials, names, sources)
-    exit_ = _run(run.request, dev, timeout_s, isolation, run.on_message, plant=kernels)
+    exit_ = _run(run.request, dev, timeout_s, isolation, run.on_message, plant=kernels, judge=run.judge)
     whole = None
     if exit_.forged:
         whole = _forged(exit_, Stage.timing)

@@ -91,3 +91,39 @@ def test_a_wrong_kernel_is_refused_through_shared_slots_as_through_the_pipe(smal
     monkeypatch.setenv("KSCOUT_OUTPUT_TRANSPORT", "shared")
     result = evaluate(wrong, small_layernorm, device="cuda", trials=1, time_it=False)
     assert result.status is Status.incorrect, result.message
+
+
+def test_a_small_output_is_read_to_the_host_and_a_large_one_stays_on_the_device():
+    """The parent judges small outputs on the host (no kernel waiting for a turn on a GPU its workers
+    keep busy): a slot's read of at most HOST_READ_BYTES lands in host memory, a larger one on the device,
+    with the bytes the worker wrote either way."""
+    import torch
+
+    from evaluation import shared
+    from evaluation.devshare import Cuda
+
+    cuda = Cuda(0)
+    if not cuda.supported():
+        pytest.skip("this device cannot export VMM allocations as POSIX descriptors")
+    for nbytes, where in ((shared.HOST_READ_BYTES, "cpu"), (shared.HOST_READ_BYTES + 4096, "cuda")):
+        slot = shared._CudaSlot(cuda, nbytes)
+        src = torch.randint(0, 256, (nbytes,), dtype=torch.uint8, device="cuda")
+        slot.write(0, src)
+        out = slot.read(nbytes)
+        assert out.device.type == where
+        assert torch.equal(out.cpu(), src.cpu())
+        slot.close()
+
+
+def test_a_search_keeps_small_float64_references_on_the_host_and_large_ones_on_the_device(small_layernorm):
+    import torch
+
+    from evaluation.correctness import HOST_JUDGE_ELEMENTS, References, regular_trials
+
+    refs = References(small_layernorm, "cuda", 5, keep_bytes=1 << 34)
+    case = small_layernorm.shape_cases[0]
+    small, large = regular_trials(5, 2)
+    refs.keep(case, small, torch.ones(HOST_JUDGE_ELEMENTS, dtype=torch.float64, device="cuda"))
+    refs.keep(case, large, torch.ones(HOST_JUDGE_ELEMENTS + 1, dtype=torch.float64, device="cuda"))
+    assert refs.kept(case, small).device.type == "cpu"
+    assert refs.kept(case, large).device.type == "cuda"

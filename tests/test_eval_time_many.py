@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from evaluation import harness, load_problem, protocol
-from evaluation.correctness import References
+from evaluation.correctness import Judge, References
 from evaluation.inputs import trial_inputs
 from evaluation.isolation import WorkerExit
 from evaluation.records import EvalResult, Fingerprint, Stage, Status
@@ -120,8 +120,11 @@ def gpu_less_cuda(monkeypatch, problem):
     return worker
 
 
+_JUDGE_INIT = Judge.__init__
+
+
 def _judge_on_cpu(self, refs, device):
-    self.refs, self.device = refs, "cpu"
+    _JUDGE_INIT(self, refs, "cpu")
 
 
 def checked(source, status=Status.passed):

@@ -10,7 +10,7 @@ import pytest
 from agent.search.executors import throughput
 
 
-def _row(role, warm, *, exited, wall, stamps, seconds, inputs=0.0, judge=0.0, candidates=1):
+def _row(role, warm, *, exited, wall, stamps, seconds, inputs=0.0, judge=0.0, wait=None, candidates=1):
     return dict(
         role=role,
         warm=warm,
@@ -18,6 +18,7 @@ def _row(role, warm, *, exited, wall, stamps, seconds, inputs=0.0, judge=0.0, ca
         cases=2,
         parent_inputs_s=inputs,
         parent_judge_s=judge,
+        parent_wait_s=wait,
         planted=0,
         spawned_at=None,
         exited_at=exited,
@@ -44,6 +45,8 @@ def test_the_split_charges_a_cold_start_and_only_the_wait_for_a_warm_one():
         wall=20.0,  # request at 200, warm since 150
         stamps={"process": 140.0, "started": 145.0, "warm": 150.0, "armed": 200.5, "finished": 219.0},
         seconds={"compile": 0.5, "correctness": 1.0, "timing": 4.0, "prepare": 1.0},
+        judge=2.0,
+        wait=1.5,  # of the parent's 2 s on this worker's outputs, 1.5 s waited for a judging slot
     )
     late = _row(  # taken before it finished warming up: the wait is its start cost
         "correctness",
@@ -60,7 +63,8 @@ def test_the_split_charges_a_cold_start_and_only_the_wait_for_a_warm_one():
             start=1.0 + 0.0 + 4.0,
             imports=5.0 + 0.5 + 0.2,
             compile=2.5,
-            references=3.5,
+            references=3.5 + 0.5,
+            judge_wait=1.5,
             correctness=6.0 + 1.0,
             timing=5.0,
             baselines=12.0,

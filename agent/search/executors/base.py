@@ -68,6 +68,14 @@ def out_of_memory(outcome: "EvalResult | BaseException") -> bool:
     return outcome.error_class == "OutOfMemoryError"
 
 
+def _why_again(outcome: "EvalResult | BaseException") -> str:
+    if isinstance(outcome, BaseException):
+        text = f"{type(outcome).__name__}: {outcome}"
+    else:
+        text = f"{outcome.failed_stage.value if outcome.failed_stage else '-'} {outcome.error_class}: {outcome.message}"
+    return text.splitlines()[0][:300] if text else ""
+
+
 def now_utc() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat()
 
@@ -130,6 +138,8 @@ class BatchExecutor:
         self.sandbox = sandbox  # the evaluator's --sandbox (None: $KSCOUT_SANDBOX, else auto)
         self._fp: Optional[Fingerprint] = None
         self._cancelled = threading.Event()
+        self.rechecked = 0  # checks run a second time alone (out of memory beside siblings, or lost)
+        self.recheck_reasons: list[str] = []  # why, one line each (the throughput benchmark reports them)
 
     @property
     def sandbox_kw(self) -> dict:
@@ -238,12 +248,14 @@ class BatchExecutor:
                 outcome = self._outcome(future)
                 if shared and out_of_memory(outcome) or isinstance(outcome, BaseException) and self._lost(outcome):
                     again.append(i)
+                    self.recheck_reasons.append(_why_again(outcome))
                 elif isinstance(outcome, BaseException):
                     raise outcome
                 elif timed and outcome.passed:
                     passed.append((i, outcome))
                 else:
                     yield i, outcome
+            self.rechecked += len(again)
             for i in sorted(again):  # the parallel phase is over: each has the device to itself
                 outcome = self._outcome(self._check(sources[i], problem, alone=True))
                 if isinstance(outcome, BaseException):

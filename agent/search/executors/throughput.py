@@ -37,6 +37,7 @@ PHASES = (
     ("imports", "imports and CUDA context"),
     ("compile", "Triton compile and load"),
     ("references", "references (parent: inputs, fp64 outputs)"),
+    ("judge_wait", "parent waiting to judge (slots, shared refs)"),
     ("correctness", "correctness calls and comparisons"),
     ("timing", "timing (prepare, samples)"),
     ("baselines", "baselines (eager, torch.compile)"),
@@ -110,7 +111,9 @@ def split(rows: list[dict[str, Any]]) -> dict[str, float]:
         out["compile"] += seconds.get("compile", 0.0)
         out["correctness"] += seconds.get("correctness", 0.0) + seconds.get("profiler", 0.0)
         out["timing"] += seconds.get("timing", 0.0) + seconds.get("prepare", 0.0)
-        out["references"] += row["parent_inputs_s"] + row["parent_judge_s"]
+        waited = row.get("parent_wait_s") or 0.0  # rows from before the judge's own split: none
+        out["references"] += row["parent_inputs_s"] + row["parent_judge_s"] - waited
+        out["judge_wait"] += waited
     return out
 
 
@@ -183,6 +186,8 @@ def run_config(
         per_gpu_hour=3600.0 * len(statuses) / wall if wall else None,
         gpu_busy=busy.fraction,
         phases=split(rows),
+        rechecked_alone=ex.rechecked,
+        recheck_reasons=ex.recheck_reasons,
         processes=len(rows),
         warm_processes=sum(1 for r in rows if r["warm"]),
         rows=rows,
@@ -266,6 +271,7 @@ def render(results: list[dict[str, Any]], floor_row: Optional[dict[str, Any]], c
     table.add_row("GPU busy", *[f"{r['gpu_busy']:.0%}" if r["gpu_busy"] is not None else "n/a" for r in results])
     table.add_row("passed / evaluated", *[f"{r['passed']}/{r['evaluations']}" for r in results])
     table.add_row("worker processes (warm)", *[f"{r['processes']} ({r['warm_processes']})" for r in results])
+    table.add_row("checks run again alone", *[str(r.get("rechecked_alone", 0)) for r in results])
     console.print(table)
     for r in results:
         for status, message in r["failures"].items():
