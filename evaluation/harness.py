@@ -223,6 +223,9 @@ def _prestart(device: str, isolation: str, candidates: int, baselines: int) -> N
         pool.reserve(device, "none", baselines, scratch_root())
 
 
+_DRAINED: Any = object()  # a marker in the judging queue: everything before it is judged
+
+
 class _Pipelined:
     """The parent's judgement of a worker's messages, in arrival order, on a thread of its own: while
     one output is being compared, the next one is already crossing the pipe (the worker would
@@ -239,14 +242,26 @@ class _Pipelined:
         self.queue: "queue.Queue[tuple[protocol.Message, bytes] | None]" = queue.Queue(maxsize=depth)
         self.verdict = False
         self.error: BaseException | None = None
+        self.drained = threading.Event()
         self.thread = threading.Thread(target=self._loop, name="kscout-judge", daemon=True)
         self.thread.start()
+
+    def drain(self) -> None:
+        """Return once every message put before this call has been judged (or the verdict is in)."""
+        self.drained.clear()
+        self.queue.put(_DRAINED)  # type: ignore[arg-type]
+        while not self.drained.wait(0.5):
+            if not self.thread.is_alive():
+                return
 
     def _loop(self) -> None:
         while True:
             item = self.queue.get()
             if item is None:
                 return
+            if item is _DRAINED:
+                self.drained.set()
+                continue
             if self.verdict or self.error is not None:
                 continue  # the verdict is in: the rest is drained unread
             t0 = time.perf_counter()
@@ -305,6 +320,9 @@ def _run(
     def hear(message: protocol.Message, blob: bytes) -> bool:
         if isinstance(message, protocol.Phases):
             heard["worker"] = message
+            return False
+        if isinstance(message, protocol.Quiet):  # timed samples next: no judging kernel beside them
+            judge.drain()
             return False
         return judge.put(message, blob)
 

@@ -757,6 +757,8 @@ def run_worker(
                 if on_message is not None and on_message(*got):
                     stopped = worker.alive()
                     break
+                if isinstance(got[0], protocol.Quiet):  # on_message has judged everything before it
+                    worker.send(protocol.Proceed())
                 continue
             if worker.forged is not None:
                 stopped = worker.alive()

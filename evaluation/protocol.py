@@ -167,6 +167,12 @@ class NextCase(Wire):
     kind: Literal["next_case"] = "next_case"
 
 
+class Proceed(Wire):
+    """Timing: every output the worker sent before its Quiet has been judged (parent -> worker)."""
+
+    kind: Literal["proceed"] = "proceed"
+
+
 # -- worker -> parent ---------------------------------------------------------------------------
 
 
@@ -285,9 +291,17 @@ class Phases(Wire):
     seconds: dict[str, float] = {}
 
 
-Message = Union[Outputs, Accounting, Timed, Prepared, RoundResult, Stop, Done, Phases]
-_MESSAGE = TypeAdapter(Union[Outputs, Accounting, Timed, Prepared, RoundResult, Stop, Done, Phases])
-_COMMAND = TypeAdapter(Union[RoundCommand, NextCase])
+class Quiet(Wire):
+    """Timing: the worker is about to take a candidate's timed samples and waits for Proceed. The parent
+    answers once it has judged every output sent before: its float64 comparisons run on the same
+    device and would otherwise be timed with the candidate (worker -> parent)."""
+
+    kind: Literal["quiet"] = "quiet"
+
+
+Message = Union[Outputs, Accounting, Timed, Prepared, RoundResult, Stop, Done, Phases, Quiet]
+_MESSAGE = TypeAdapter(Union[Outputs, Accounting, Timed, Prepared, RoundResult, Stop, Done, Phases, Quiet])
+_COMMAND = TypeAdapter(Union[RoundCommand, NextCase, Proceed])
 
 
 class ProtocolError(Exception):
@@ -477,7 +491,7 @@ class WorkerChannel:
         self.key = bytes.fromhex(request.key)
         return request
 
-    def read_command(self) -> RoundCommand | NextCase | None:
+    def read_command(self) -> RoundCommand | NextCase | Proceed | None:
         head = read_exact(self.in_fd, _HEAD.size)
         if head is None:
             return None

@@ -473,6 +473,7 @@ class Worker:
         stats = None
         if timed:
             progress(case.case_id, f"timing {name}")
+            self.quiet()
             with CLOCK.timed("timing"):
                 stats, checks = bench.measure(runner)
             for phase, (set_index, outputs) in checks.items():
@@ -481,6 +482,15 @@ class Worker:
             self.send_check(runner, pm, case, stage, name)
         del runner
         return stats
+
+    def quiet(self) -> None:
+        """Wait until the parent has judged every output sent so far: its comparisons share the device
+        (or, on a CPU, the cores) and must not run while a candidate's samples are taken."""
+        self.ch.send(protocol.Quiet())
+        command = self.ch.read_command()
+        if not isinstance(command, protocol.Proceed):
+            what = type(command).__name__ if command is not None else "the end of the request pipe"
+            raise Verdict("crashed", "timing", "ProtocolError", f"waited for the parent's Proceed, got {what}")
 
     def prepare(self, bench, model, case: protocol.CaseSpec, stage: str, name: str):
         """The timed call prepared (warm-up, capture), every call of the candidate watched."""
@@ -885,7 +895,7 @@ def main(argv: list[str] | None = None) -> None:
             return
         raise
     CLOCK.stamp("request")
-    if request.mode != "remeasure":
+    if request.mode not in ("remeasure", "timing"):  # timing waits for Proceed (Worker.quiet), remeasure for rounds
         os.close(args.in_fd)  # nothing more comes from the parent; nothing for the candidate to read
     try:
         worker = Worker(channel, request, Path(args.in_dir))
