@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from evaluation import judge_kernel
 from evaluation.records import Mismatch, Tolerance
 
 
@@ -98,6 +99,8 @@ def _compare_one(act: Any, exp: Any, case_dtype: str, tol: Tolerance, k: int, mu
 # six outputs at once beside a batch's eight workers, and with 1 GiB each the checks beside it ran out of
 # an H100's 80 GB; the extra launches of smaller passes cost no extra wait (one read back at the end).
 CHUNK = 1 << 22
+# From this many elements a float output on the GPU is judged in one pass (evaluation/judge_kernel.py).
+FUSED_MIN_ELEMENTS = 1 << 16
 
 
 def _stream(act, exp, tol: Tolerance, k: int, where: str, meta: dict, *, exact: bool) -> Comparison:
@@ -110,6 +113,15 @@ def _stream(act, exp, tol: Tolerance, k: int, where: str, meta: dict, *, exact: 
     dev = exp.device
     numel = exp.numel()
     flat_a, flat_e = act.reshape(-1), exp.reshape(-1)
+    if not exact and numel >= FUSED_MIN_ELEMENTS and judge_kernel.applies(act, exp):
+        try:
+            fused = judge_kernel.stats(act, exp, tol.atol, tol.rtol)
+        except Exception:  # no Triton, or it cannot build here: the PyTorch passes below judge alike
+            fused = None
+        if fused is not None:
+            return _verdict(
+                torch.stack([s.to(torch.float64) for s in fused]), flat_a, flat_e, exp, tol, k, where, meta, exact
+            )
     zero = torch.zeros((), dtype=torch.float64, device=dev)
     count = torch.zeros((), dtype=torch.int64, device=dev)
     nonfinite = torch.zeros((), dtype=torch.int64, device=dev)
@@ -142,9 +154,16 @@ def _stream(act, exp, tol: Tolerance, k: int, where: str, meta: dict, *, exact: 
         count += n_bad
         here = at + bad.to(torch.uint8).argmax()
         first = torch.minimum(first, torch.where(n_bad > 0, here, first))
-    # One read back for every statistic: each .item() waits for the device, and a parent judging a
-    # batch shares the GPU with the batch's workers, so each wait is a turn of the device's time-slicing.
     stats = torch.stack([s.to(torch.float64) for s in (count, first, nonfinite, max_abs, max_rel, ref_sq, err_sq)])
+    return _verdict(stats, flat_a, flat_e, exp, tol, k, where, meta, exact)
+
+
+def _verdict(stats, flat_a, flat_e, exp, tol: Tolerance, k: int, where: str, meta: dict, exact: bool) -> Comparison:
+    """The comparison from its statistics (failures, first failing index, non-finite failures, max abs
+    and rel error, sums of squares of the reference and of the error), read back in one go: each .item()
+    waits for the device, and a parent judging a batch shares the GPU with the batch's workers, so each
+    wait is a turn of the device's time-slicing."""
+    numel = flat_e.numel()
     n_bad_f, first_f, nonfinite_f, max_abs_f, max_rel_f, ref_sq_f, err_sq_f = stats.tolist()
     n_bad_total, first_flat = int(n_bad_f), int(first_f)  # exact: element counts stay below 2**53
     mismatch = None
