@@ -302,12 +302,12 @@ def _run(
     *,
     plant: list[Path] | None = None,
     after: Optional[Callable[[Scratch], None]] = None,
-    judge: Any = None,
+    judged_by: Any = None,
 ) -> WorkerExit:
     """One worker in its own scratch folder (a warm one from the pool where it keeps some):
     `request_for(scratch, key)` writes its inputs. `plant`: Triton caches copied into a sandboxed
     worker's cache before it starts (context.py); `after(scratch)` runs once it exited, before its
-    scratch folder is removed. `judge`: the run's Judge, whose waiting and judging times the
+    scratch folder is removed. `judged_by`: the run's Judge, whose waiting and judging times the
     throughput benchmark's rows split the parent's time by."""
     warm = _take_warm(device, isolation)
     scratch = warm.scratch if warm is not None else Scratch.make(scratch_root())
@@ -355,8 +355,8 @@ def _run(
                     cases=len(request.cases),
                     parent_inputs_s=heard["inputs_s"],
                     parent_judge_s=heard["parent_s"],
-                    parent_wait_s=judge.waited_s if judge is not None else None,
-                    parent_compare_s=judge.judged_s if judge is not None else None,
+                    parent_wait_s=judged_by.waited_s if judged_by is not None else None,
+                    parent_compare_s=judged_by.judged_s if judged_by is not None else None,
                     planted=heard.get("planted", 0),
                     spawned_at=warm.spawned_at if warm is not None else None,
                     exited_at=time.time(),
@@ -473,7 +473,7 @@ def evaluate(
     keep = None
     if context is not None and isolation == "bwrap":
         keep = lambda scratch: context.stash_kernels(sha, scratch.out_dir / TRITON_CACHE)  # noqa: E731
-    exit_ = _run(run.request, dev, timeout_s, isolation, run.on_message, after=keep, judge=run.judge)
+    exit_ = _run(run.request, dev, timeout_s, isolation, run.on_message, after=keep, judged_by=run.judge)
     result = _judged(run, exit_, info, dev, timeout_s, finish, seen)
     if context is not None and not result.passed:
         context.drop_kernels(sha)
@@ -876,7 +876,7 @@ def _time_batch(
     caller retries each alone); with a single source, that failure is the source's own status."""
     names = [str(i) for i in range(len(sources))]
     run = TimedRun(info, dev, seed, refs, trials, names, sources)
-    exit_ = _run(run.request, dev, timeout_s, isolation, run.on_message, plant=kernels, judge=run.judge)
+    exit_ = _run(run.request, dev, timeout_s, isolation, run.on_message, plant=kernels, judged_by=run.judge)
     whole = None
     if exit_.forged:
         whole = _forged(exit_, Stage.timing)

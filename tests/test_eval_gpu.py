@@ -55,23 +55,17 @@ ONE_WARP = SEED.replace("num_warps = min(max(block // 256, 1), 16)", "num_warps 
 
 
 def _fails_later():
-    """The seed, but it raises once it has been called 40 times: passes correctness, fails in timing."""
+    """The seed, but it raises when run from any folder but c0: its check runs it from c0, and the
+    timing process of three siblings from c2, so it passes correctness and fails in timing. (It counted
+    its calls once; the check's calls on a GPU outgrew the count.)"""
     assert "def forward(self, x" in SEED and "class ModelNew(nn.Module):" in SEED
     head, tail = SEED.split("    def forward(self, x", 1)
     signature, body = tail.split("\n", 1)
     guard = (
-        "        _CALLS[0] += 1\n"
-        "        if _CALLS[0] > 40:\n"
-        "            raise RuntimeError('worn out after 40 calls')\n"
+        "        if __file__.replace('\\\\', '/').split('/')[-2] != 'c0':\n"
+        "            raise RuntimeError('worn out in the timing process')\n"
     )
-    return (
-        head.replace("class ModelNew(nn.Module):", "_CALLS = [0]\n\n\nclass ModelNew(nn.Module):", 1)
-        + "    def forward(self, x"
-        + signature
-        + "\n"
-        + guard
-        + body
-    )
+    return head + "    def forward(self, x" + signature + "\n" + guard + body
 
 
 def test_remeasure_interleaves_candidates_with_eager_and_compile(small_layernorm):

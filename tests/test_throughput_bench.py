@@ -89,6 +89,8 @@ def test_the_bench_runs_both_configurations_on_a_cpu_and_writes_its_rows(tmp_pat
     assert results["warm"]["warm_processes"] == results["warm"]["processes"] == 1
     assert results["cold"]["warm_processes"] == 0
     assert results["warm"]["phases"]["correctness"] > 0 and results["cold"]["phases"]["imports"] > 0
+    checks = [row for row in results["warm"]["rows"] if row["role"] == "correctness"]
+    assert checks and all(row["parent_wait_s"] >= 0 and row["parent_compare_s"] > 0 for row in checks)
     assert data["floor"]["correct"] is True
     printed = capsys.readouterr().out
     assert "evaluations per GPU-hour" in printed and "floor (one warm process" in printed
