@@ -94,6 +94,8 @@ class References:
         self._kept_bytes = 0
         self._kept_lock = threading.Lock()
         self._computing: dict[tuple, threading.Event] = {}  # references a judging thread is computing now
+        self._prefetching = False
+        self.prefetched = 0  # float64 outputs computed ahead of their first judgement (prefetch)
         self.reused = 0  # judgements answered from a kept reference output
 
     def kept(self, case: ShapeCase, trial: protocol.Trial) -> Any | None:
@@ -143,6 +145,44 @@ class References:
                 expected = _on_host(expected)  # judged on the host from now on (HOST_JUDGE_ELEMENTS)
             self._kept[k] = expected
             self._kept_bytes += nbytes
+
+    def prefetch(self, work: list[tuple[ShapeCase, protocol.Trial]], *, background: bool = True) -> None:
+        """Compute and keep the float64 outputs of these judgements before the first worker asks for them,
+        in the order given (the order a worker runs them), once per search. A batch's first checks
+        otherwise wait for each reference in turn, two at a time, while the GPU sits idle as the workers
+        warm up. A reference already kept or being computed is skipped, one that fails is left to its
+        judgement, and nothing is computed past the keep budget."""
+        if not self.keep_bytes:
+            return
+        with self._kept_lock:
+            if self._prefetching:
+                return
+            self._prefetching = True
+        if not background:
+            self._prefetch(work)
+            return
+        threading.Thread(target=self._prefetch, args=(work,), name="kscout-references", daemon=True).start()
+
+    def _prefetch(self, work: list[tuple[ShapeCase, protocol.Trial]]) -> None:
+        judge = Judge(self, self.device)
+        for case, trial in work:
+            if self._kept_bytes >= self.keep_bytes:
+                return
+            if self.claim(case, trial) is not None:
+                continue  # kept already, or a judging thread computes it now
+            try:
+                with JUDGE_SLOTS:
+                    module = self.module(case.params)
+                    drawn = judge._waiting_for_memory(lambda: trial_inputs(module, case.dtype, trial, self.device))
+                    self.keep(case, trial, self.expected(case, drawn))
+                    self.prefetched += 1
+                    del drawn
+            except Exception:  # out of memory beside the workers, as a rule: the judgement computes it
+                pass
+            finally:
+                self.release(case, trial)
+                if self.device == "cuda" and _cache_slack() > JUDGE_CACHE_SLACK_BYTES:
+                    torch.cuda.empty_cache()
 
     @staticmethod
     def key(params: dict[str, int]) -> str:
@@ -693,6 +733,9 @@ class CorrectnessRun:
                     **extra,
                 )
             )
+        if self.device == "cuda":  # a search's references, computed while its workers warm up
+            work = [(case, t) for index, case in cases for t in [*self.plans[index], self.checks[index]]]
+            self.refs.prefetch(work)
         return protocol.WorkerRequest(
             mode="correctness",
             key=key.hex(),

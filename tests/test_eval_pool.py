@@ -359,3 +359,39 @@ def test_output_files_that_changed_under_their_frame_make_the_result_forged(tmp_
     judge.close()
     assert seen == [b"ok" * 10]
     assert judge.forged is not None and "not what the frame declared" in judge.forged
+
+
+def test_references_prefetched_in_order_answer_the_first_judgements_without_computing_again(monkeypatch):
+    """A search's references computed ahead (References.prefetch): every one is kept, the judgements
+    that follow compute none, and a second prefetch of the same search does nothing."""
+    import torch
+
+    from evaluation.correctness import Judge, References, regular_trials
+    from evaluation.inputs import trial_inputs
+
+    info = load_problem("layernorm", "cpu", overrides=SMALL)
+    refs = References(info, "cpu", 5, keep_bytes=1 << 30)
+    cases = info.shape_cases[:2]
+    trials = regular_trials(11, 2)
+    work = [(case, trial) for case in cases for trial in trials]
+    outputs = {}
+    for case, trial in work:
+        right = refs.expected(case, trial_inputs(refs.module(case.params), case.dtype, trial, "cpu"))
+        outputs[case.case_id, trial.seed] = protocol.package_bytes(right.to(getattr(torch, case.dtype)))
+    order = []
+    original = References.expected
+
+    def counted(self, case, *args, **kwargs):
+        order.append(case.case_id)
+        return original(self, case, *args, **kwargs)
+
+    monkeypatch.setattr(References, "expected", counted)
+    refs.prefetch(work, background=False)
+    assert refs.prefetched == len(work) and order == [case.case_id for case, _ in work]
+    order.clear()
+    for case, trial in work:
+        blob, strides = outputs[case.case_id, trial.seed]
+        assert Judge(refs, "cpu").judge(case, trial, blob, strides).passed
+    assert order == [] and refs.reused == len(work)  # no reference computed twice
+    refs.prefetch(work, background=False)
+    assert refs.prefetched == len(work)  # once per search
