@@ -88,7 +88,7 @@ def flat_index(shape: Sequence[Expr], index: Sequence[Expr]) -> Expr:
     for size, stride, i in zip(shape, strides_of(shape), index):
         if size != One:
             total = total + i * stride
-    return sympy.expand(total)
+    return total
 
 
 def unflatten(flat: Expr, shape: Sequence[Expr]) -> list[Expr]:
@@ -208,9 +208,9 @@ def reindex(e: E, mapping: dict) -> E:
 
     def fn(x: E) -> Optional[E]:
         if isinstance(x, Load):
-            return Load(x.dtype, x.buffer, sympy.expand(x.index.xreplace(mapping)))
+            return Load(x.dtype, x.buffer, x.index.xreplace(mapping))
         if isinstance(x, Index):
-            return Index(x.dtype, sympy.expand(x.expr.xreplace(mapping)))
+            return Index(x.dtype, x.expr.xreplace(mapping))
         return None
 
     return substitute(e, fn)
