@@ -2,8 +2,11 @@
 action, schedule moves among the search moves, one line for what cannot be lowered, and the families
 still preferred where they match."""
 
+import os
 import textwrap
+from pathlib import Path
 
+import pytest
 from lowering_cases import CASES
 
 from agent.proposers.base import Action, ParentInfo, ProposeRequest
@@ -125,3 +128,30 @@ def test_a_reference_that_matches_a_family_still_gets_the_family_template():
     problem = evaluation.load_problem("layernorm", "cpu")
     p = TemplateProposer().propose(_request(problem)).proposals[0]
     assert p.template_name == "rowwise.j2" and not is_lowering_config(p.knobs)
+
+
+DEV = Path(
+    os.environ.get("KSCOUT_KERNELBENCH_DEV", Path(__file__).resolve().parents[1] / ".." / "shared" / "kernelbench-dev")
+)
+
+
+@pytest.mark.slow  # the lowering of a symbolic 3D transposed convolution: about 30 s here
+@pytest.mark.skipif(not DEV.is_dir(), reason="needs ../shared/kernelbench-dev")
+def test_a_symbolic_transposed_3d_convolution_prints_candidates_python_can_parse():
+    """Its sizes are polynomials in the shape symbols; expanded, one buffer offset ran to 4,901 terms
+    and no candidate parsed (RecursionError). Factored, every line stays short."""
+    import ast
+
+    import evaluation
+    from agent.proposers.lowering import lower_source
+    from agent.proposers.lowering.propose import LoweringSearch
+
+    path = DEV / "level2" / "26_ConvTranspose3d_Add_HardSwish.py"
+    info = evaluation.load_problem(str(path), "cuda")
+    search = LoweringSearch(lower_source(path.read_text(), str(path)))
+    request = ProposeRequest(problem=info, device="cuda", arch="sm_90", device_name="H200", action=Action.seed, n=2)
+    sources = [p.source for p in search.propose(request).proposals]
+    assert sources
+    for source in sources:
+        ast.parse(source)
+        assert max(len(line) for line in source.splitlines()) < 5_000
