@@ -119,9 +119,7 @@ def _stream(act, exp, tol: Tolerance, k: int, where: str, meta: dict, *, exact: 
         except Exception:  # no Triton, or it cannot build here: the PyTorch passes below judge alike
             fused = None
         if fused is not None:
-            return _verdict(
-                torch.stack([s.to(torch.float64) for s in fused]), flat_a, flat_e, exp, tol, k, where, meta, exact
-            )
+            return _verdict(fused, flat_a, flat_e, exp, tol, k, where, meta, exact)
     zero = torch.zeros((), dtype=torch.float64, device=dev)
     count = torch.zeros((), dtype=torch.int64, device=dev)
     nonfinite = torch.zeros((), dtype=torch.int64, device=dev)
@@ -154,8 +152,9 @@ def _stream(act, exp, tol: Tolerance, k: int, where: str, meta: dict, *, exact: 
         count += n_bad
         here = at + bad.to(torch.uint8).argmax()
         first = torch.minimum(first, torch.where(n_bad > 0, here, first))
-    stats = torch.stack([s.to(torch.float64) for s in (count, first, nonfinite, max_abs, max_rel, ref_sq, err_sq)])
-    return _verdict(stats, flat_a, flat_e, exp, tol, k, where, meta, exact)
+    return _verdict(
+        (count, first, nonfinite, max_abs, max_rel, ref_sq, err_sq), flat_a, flat_e, exp, tol, k, where, meta, exact
+    )
 
 
 def _verdict(stats, flat_a, flat_e, exp, tol: Tolerance, k: int, where: str, meta: dict, exact: bool) -> Comparison:
@@ -164,7 +163,8 @@ def _verdict(stats, flat_a, flat_e, exp, tol: Tolerance, k: int, where: str, met
     waits for the device, and a parent judging a batch shares the GPU with the batch's workers, so each
     wait is a turn of the device's time-slicing."""
     numel = flat_e.numel()
-    n_bad_f, first_f, nonfinite_f, max_abs_f, max_rel_f, ref_sq_f, err_sq_f = stats.tolist()
+    together = torch.stack([s.to(torch.float64) for s in stats])
+    n_bad_f, first_f, nonfinite_f, max_abs_f, max_rel_f, ref_sq_f, err_sq_f = together.tolist()
     n_bad_total, first_flat = int(n_bad_f), int(first_f)  # exact: element counts stay below 2**53
     mismatch = None
     if n_bad_total:

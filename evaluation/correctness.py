@@ -181,8 +181,7 @@ class References:
                 pass
             finally:
                 self.release(case, trial)
-                if self.device == "cuda" and _cache_slack() > JUDGE_CACHE_SLACK_BYTES:
-                    torch.cuda.empty_cache()
+                _give_back_cache(self.device)
 
     @staticmethod
     def key(params: dict[str, int]) -> str:
@@ -321,9 +320,11 @@ def _layout(strides: list, expected: Any) -> str | None:
     return None
 
 
-def _cache_slack() -> int:
-    """Bytes the parent's CUDA allocator holds but no tensor uses (host-side counters: no device wait)."""
-    return torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
+def _give_back_cache(device: str) -> None:
+    """Empty the parent's CUDA allocator once it holds more than JUDGE_CACHE_SLACK_BYTES that no tensor
+    uses (host-side counters: no device wait): the batch's workers may need what a judgement left cached."""
+    if device == "cuda" and torch.cuda.memory_reserved() - torch.cuda.memory_allocated() > JUDGE_CACHE_SLACK_BYTES:
+        torch.cuda.empty_cache()
 
 
 def _on_host(value: Any) -> Any:
@@ -448,8 +449,7 @@ class Judge:
             return verdict
         finally:
             del drawn
-            if self.device == "cuda" and _cache_slack() > JUDGE_CACHE_SLACK_BYTES:
-                torch.cuda.empty_cache()  # the batch's workers may need what this judgement left cached
+            _give_back_cache(self.device)
 
     def _waiting_for_memory(self, draw):
         for attempt in range(_OOM_RETRIES + 1):

@@ -302,7 +302,7 @@ def _run(
     *,
     plant: list[Path] | None = None,
     after: Optional[Callable[[Scratch], None]] = None,
-    judged_by: Any = None,
+    judged_by: Optional[Judge] = None,
 ) -> WorkerExit:
     """One worker in its own scratch folder (a warm one from the pool where it keeps some):
     `request_for(scratch, key)` writes its inputs. `plant`: Triton caches copied into a sandboxed

@@ -27,10 +27,8 @@ import torch
 
 BLOCK = 2048
 FLOAT_INPUTS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-_KERNEL: list[Any] = []
-_CONSTANTS: dict[
-    tuple[float, float, str], torch.Tensor
-] = {}  # (atol, rtol, device) -> the kernel's float64 constants  # built on first use: the parent imports Triton only where it judges on a GPU
+_KERNEL: list[Any] = []  # built on first use: the parent imports Triton only where it judges on a GPU
+_CONSTANTS: dict[tuple[float, float, str], torch.Tensor] = {}  # (atol, rtol, device) -> the float64 constants
 
 
 def _kernel():
