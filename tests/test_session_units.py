@@ -269,6 +269,28 @@ def test_a_gpu_batch_checks_in_parallel_then_times_the_passing_candidates_in_one
     assert {landed[0][1].status, landed[1][1].status} == {Status.incorrect}  # failures land before the timing
 
 
+def test_checks_on_a_gpu_share_it_only_as_many_at_once_as_it_has_lanes(monkeypatch):
+    rec = Recorder()
+    with LocalExecutor("cuda", 6, evaluator=rec, lanes=2) as ex:
+        landed = dict(ex.evaluate_batch([f"c{i}" for i in range(6)], PROBLEM, baselines=("eager",)))
+    assert sorted(landed) == list(range(6)) and ex.lanes == 2
+    assert rec.peak == {"check": 2, "time": 1} and rec.overlap == 0
+    monkeypatch.setenv("KSCOUT_GPU_LANES", "4")
+    rec = Recorder()
+    with LocalExecutor("cuda", 6, evaluator=rec) as ex:  # from the environment
+        dict(ex.evaluate_batch([f"c{i}" for i in range(8)], PROBLEM))
+    assert ex.lanes == 4 and rec.peak["check"] == 4
+    with LocalExecutor("cuda", 2, evaluator=Recorder()) as ex:  # never more lanes than workers
+        assert ex.lanes == 2
+    with LocalExecutor("cpu", 3, evaluator=Recorder()) as ex:  # a CPU: the workers alone bound the checks
+        assert ex.lanes == 3
+    monkeypatch.setenv("KSCOUT_GPU_LANES", "many")
+    with pytest.raises(ValueError, match="KSCOUT_GPU_LANES must be a whole number"):
+        LocalExecutor("cuda", 2, evaluator=Recorder())
+    with pytest.raises(ValueError, match="at least one lane"):
+        LocalExecutor("cuda", 2, evaluator=Recorder(), lanes=0)
+
+
 class Crowded(Recorder):
     """Checks that run out of device memory whenever another check shares the GPU: "oom" candidates
     report it from the worker, "raise" candidates from the parent (its own draw never fitting)."""
@@ -328,6 +350,14 @@ def test_running_out_of_memory_with_the_gpu_to_itself_is_the_candidates_own_fail
         landed = dict(ex.evaluate_batch(["oom1", "a"], PROBLEM))
     assert (landed[0].status, landed[0].error_class) == (Status.crashed, "OutOfMemoryError")
     assert rec.checks.count("oom1") == 2 and rec.alone[-1] == "oom1"
+
+
+def test_with_one_gpu_lane_a_check_out_of_memory_had_the_device_alone_and_is_not_run_again():
+    rec = Crowded(always=True)
+    with LocalExecutor("cuda", 4, evaluator=rec, lanes=1) as ex:
+        landed = dict(ex.evaluate_batch(["oom1", "a"], PROBLEM))
+    assert (landed[0].status, landed[0].error_class) == (Status.crashed, "OutOfMemoryError")
+    assert rec.checks.count("oom1") == 1 and ex.rechecked == 0 and rec.peak["check"] == 1
 
 
 def test_batches_of_several_searches_sharing_one_executor_never_time_during_a_check():

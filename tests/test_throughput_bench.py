@@ -81,11 +81,13 @@ def test_siblings_are_distinct_candidates_of_the_same_kernels():
 def test_the_bench_runs_both_configurations_on_a_cpu_and_writes_its_rows(tmp_path, capsys):
     out = tmp_path / "tp.json"
     args = ["--device", "cpu", "--n", "1", "--batch", "1", "--trials", "1", "--configs", "cold,warm,files,shared"]
+    args += ["--lanes", "1"]  # on a CPU the workers alone bound the checks: the label stays the config's
     assert throughput.main([*args, "--json", str(out)]) == 0
     data = json.loads(out.read_text())
     results = {r["config"]: r for r in data["results"]}
     assert set(results) == {"cold", "warm", "files", "shared"}
     assert all(r["evaluations"] == r["passed"] == 1 for r in results.values()), results
+    assert all(r["lanes"] == 1 and r["steady_per_eval_s"] is None for r in results.values())  # one batch only
     assert results["warm"]["warm_processes"] == results["warm"]["processes"] == 1
     assert results["cold"]["warm_processes"] == 0
     assert results["warm"]["phases"]["correctness"] > 0 and results["cold"]["phases"]["imports"] > 0

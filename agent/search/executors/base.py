@@ -84,9 +84,13 @@ class SharedExclusiveLock:
     """Checks share the device; a timing, a re-measure or a check run alone has it to itself.
 
     Writer-preferring, so a timing waits only for the checks already running, not for every check
-    queued behind it (several searches may share one executor)."""
+    queued behind it (several searches may share one executor). `max_shared`: at most this many
+    holders share it at once (the executor's GPU lanes); None: no bound but the callers'."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_shared: Optional[int] = None) -> None:
+        if max_shared is not None and max_shared < 1:
+            raise ValueError("max_shared must be at least 1")
+        self.max_shared = max_shared
         self._cond = threading.Condition()
         self._readers = 0
         self._writer = False
@@ -95,7 +99,11 @@ class SharedExclusiveLock:
     @contextmanager
     def shared(self) -> Iterator[None]:
         with self._cond:
-            while self._writer or self._writers_waiting:
+            while (
+                self._writer
+                or self._writers_waiting
+                or (self.max_shared is not None and self._readers >= self.max_shared)
+            ):
                 self._cond.wait()
             self._readers += 1
         try:
@@ -136,6 +144,7 @@ class BatchExecutor:
         self.timeout_s = timeout_s
         self.trials = trials
         self.sandbox = sandbox  # the evaluator's --sandbox (None: $KSCOUT_SANDBOX, else auto)
+        self.lanes = workers  # checks sharing the device at once (LocalExecutor bounds it on a GPU)
         self._fp: Optional[Fingerprint] = None
         self._cancelled = threading.Event()
         self.rechecked = 0  # checks run a second time alone (out of memory beside siblings, or lost)
@@ -238,7 +247,7 @@ class BatchExecutor:
         candidates after one shared timing once the whole batch is checked (on the CPU, at once)."""
         self._open()
         timed = self.device != "cpu"
-        shared = timed and self.workers > 1 and len(sources) > 1
+        shared = timed and self.lanes > 1 and len(sources) > 1
         futures = {self._check(s, problem, alone=False): i for i, s in enumerate(sources)}
         passed: list[tuple[int, EvalResult]] = []
         again: list[int] = []

@@ -6,6 +6,13 @@ slow the other and the numbers would lie): checks hold the device shared, a timi
 a check re-run alone hold it exclusively. That holds across several searches sharing one executor
 (`kscout optimize-many`), where the pool's size bounds the checks running at once.
 
+GPU LANES. Without MPS, a GPU time-slices between the processes' CUDA contexts, and every
+synchronisation waits for its turn: on an H100, eight softmax checks sharing the device took 5-8
+times as long each as one alone, and half ran out of memory beside their siblings and ran again,
+one after another. So at most `lanes` checks hold the device at once (default `DEFAULT_GPU_LANES`,
+or $KSCOUT_GPU_LANES); the other threads wait with their warm workers ready. A lane's check still
+compiles its Triton kernels on the CPU while another lane's runs on the device.
+
 Cancelling (Ctrl-C) drops queued checks and kills the worker processes this executor started, so an
 interrupted search exits in seconds, not after its running evaluations time out.
 """
@@ -26,6 +33,21 @@ from agent.search.executors.base import BatchExecutor, SharedExclusiveLock
 from evaluation.records import EvalResult, Fingerprint, ProblemInfo, RemeasureResult
 
 WORKER_MODULE = "evaluation.worker"
+DEFAULT_GPU_LANES = 3
+
+
+def gpu_lanes(workers: int, lanes: Optional[int] = None) -> int:
+    """Checks that share one GPU at once: `lanes`, else $KSCOUT_GPU_LANES, else DEFAULT_GPU_LANES;
+    never more than the pool's workers."""
+    if lanes is None:
+        value = os.environ.get("KSCOUT_GPU_LANES", "").strip()
+        try:
+            lanes = int(value) if value else DEFAULT_GPU_LANES
+        except ValueError:
+            raise ValueError(f"KSCOUT_GPU_LANES must be a whole number of checks (got {value!r})") from None
+    if lanes < 1:
+        raise ValueError(f"a GPU needs at least one lane for checks (got {lanes})")
+    return min(lanes, workers)
 
 
 def worker_children() -> list[int]:
@@ -54,17 +76,23 @@ class LocalExecutor(BatchExecutor):
         trials: int = 2,
         evaluator: Any = None,
         sandbox: Optional[str] = None,
+        lanes: Optional[int] = None,
     ):
         """`evaluator`: what runs candidates (the `evaluation` package; tests pass a stand-in with the
         same functions: evaluate, time_many, remeasure, fingerprint, resolve_device). With the real
         evaluator, each problem's evaluations share one `evaluation.context.SearchContext` (one seed,
-        the references, the baselines, the compiled kernels) and warm workers wait for the checks."""
+        the references, the baselines, the compiled kernels) and warm workers wait for the checks.
+        `lanes`: on a GPU, the checks that share the device at once (gpu_lanes); on a CPU the
+        workers alone bound them."""
         self._ev = evaluator if evaluator is not None else importlib.import_module("evaluation")
         super().__init__(self._ev.resolve_device(device), workers, timeout_s, trials, sandbox)
+        on_gpu = self.device != "cpu"
+        if on_gpu:
+            self.lanes = gpu_lanes(workers, lanes)
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kscout-eval")
         self._contexts: Optional[dict[str, Any]] = {} if evaluator is None else None
         self._contexts_lock = threading.Lock()
-        self._device_lock = SharedExclusiveLock()
+        self._device_lock = SharedExclusiveLock(self.lanes if on_gpu else None)
         self._busy = 0  # jobs in flight, for the reaper
         self._busy_lock = threading.Lock()
         self._reaper: Optional[threading.Thread] = None

@@ -126,9 +126,11 @@ def run_config(
     sandbox: Optional[str],
     trials: int,
     progress: Optional[Path] = None,
+    lanes: Optional[int] = None,
 ) -> dict[str, Any]:
     """`progress`: where the phase rows so far are written after every batch (a run cut short by a
-    time limit still leaves them)."""
+    time limit still leaves them). `lanes`: checks sharing the GPU at once (the executor's default
+    where None)."""
     import evaluation
     from agent.search.executors.local import LocalExecutor
     from evaluation import phases, pool
@@ -143,7 +145,8 @@ def run_config(
     os.environ["KSCOUT_WARM_WORKERS"] = "0" if name == "cold" else str(batch + 1)
     os.environ["KSCOUT_OUTPUT_TRANSPORT"] = {"files": "file", "shared": "shared"}.get(name, "pipe")
     evaluator = evaluation if name == "cold" else None  # an explicit evaluator: no search context
-    ex = LocalExecutor(device, workers=batch, trials=trials, sandbox=sandbox, evaluator=evaluator)
+    ex = LocalExecutor(device, workers=batch, trials=trials, sandbox=sandbox, evaluator=evaluator, lanes=lanes)
+    batch_ends: list[float] = []  # seconds from the start at which each batch's last verdict landed
     statuses: list[str] = []
     failures: dict[str, str] = {}  # status -> the first message with it
     t0 = time.monotonic()
@@ -166,16 +169,21 @@ def run_config(
                     if not result.passed:
                         failures.setdefault(result.status.value, f"{result.error_class}: {result.message}")
                     first = first if first is not None else time.monotonic() - t0
+                batch_ends.append(time.monotonic() - t0)
         finally:
             ex.close()
             if progress is not None:
                 progress.write_text(json.dumps(rows, indent=0))
     wall = time.monotonic() - t0
+    # the steady state: every batch after the first, whose workers, references and baselines are warm
+    later = len(statuses) - min(batch, len(statuses))
+    steady = (wall - batch_ends[0]) / later if later and batch_ends else None
     pool.close_all()
     os.environ.pop("KSCOUT_WARM_WORKERS", None)
     os.environ.pop("KSCOUT_OUTPUT_TRANSPORT", None)
     return dict(
-        config=name,
+        config=name if lanes is None or device == "cpu" else f"{name}, {ex.lanes} lanes",
+        lanes=ex.lanes,
         evaluations=len(statuses),
         passed=statuses.count("passed"),
         statuses=sorted(set(statuses)),
@@ -184,6 +192,8 @@ def run_config(
         first_verdict_s=first,
         per_eval_s=wall / max(1, len(statuses)),
         per_gpu_hour=3600.0 * len(statuses) / wall if wall else None,
+        steady_per_eval_s=steady,
+        steady_per_gpu_hour=3600.0 / steady if steady else None,
         gpu_busy=busy.fraction,
         phases=split(rows),
         rechecked_alone=ex.rechecked,
@@ -268,6 +278,10 @@ def render(results: list[dict[str, Any]], floor_row: Optional[dict[str, Any]], c
     table.add_row("wall per evaluation", *[f"{r['per_eval_s']:.2f}" for r in results])
     table.add_row("first verdict after", *[f"{r['first_verdict_s'] or 0:.1f}" for r in results])
     table.add_row("evaluations per GPU-hour", *[f"{r['per_gpu_hour']:.0f}" for r in results])
+    table.add_row(
+        "the same after the first batch",
+        *[f"{r['steady_per_gpu_hour']:.0f}" if r.get("steady_per_gpu_hour") else "n/a" for r in results],
+    )
     table.add_row("GPU busy", *[f"{r['gpu_busy']:.0%}" if r["gpu_busy"] is not None else "n/a" for r in results])
     table.add_row("passed / evaluated", *[f"{r['passed']}/{r['evaluations']}" for r in results])
     table.add_row("worker processes (warm)", *[f"{r['processes']} ({r['warm_processes']})" for r in results])
@@ -303,21 +317,36 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--sandbox", choices=("auto", "required", "off"))
     parser.add_argument("--no-floor", action="store_true")
     parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument(
+        "--lanes", help="comma-separated: checks sharing the GPU at once; each config runs once per value"
+    )
     args = parser.parse_args(argv)
     if args.n < 1 or args.batch < 1 or args.trials < 1:
         parser.error("--n, --batch and --trials must be at least 1")
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
     if not configs or set(configs) - {"cold", "warm", "files", "shared"}:
         parser.error("--configs takes cold, warm, files and/or shared")
+    try:
+        lanes_list: list[Optional[int]] = [int(v) for v in args.lanes.split(",") if v.strip()] if args.lanes else [None]
+    except ValueError:
+        parser.error("--lanes takes whole numbers, comma-separated")
+    if any(v is not None and v < 1 for v in lanes_list):
+        parser.error("--lanes must be at least 1")
     import evaluation
 
     device = evaluation.resolve_device(args.device)
     console = Console(stderr=False)
     results = []
     for name in configs:
-        console.print(f"[bold]{name}[/]: {args.n} evaluations of {args.problem} on {device}, batches of {args.batch}")
-        rows_file = args.json.with_suffix(f".{name}.rows.json") if args.json else None
-        results.append(run_config(name, args.problem, device, args.n, args.batch, args.sandbox, args.trials, rows_file))
+        for lanes in lanes_list:
+            label = name if lanes is None else f"{name}.lanes{lanes}"
+            console.print(
+                f"[bold]{label}[/]: {args.n} evaluations of {args.problem} on {device}, batches of {args.batch}"
+            )
+            rows_file = args.json.with_suffix(f".{label}.rows.json") if args.json else None
+            results.append(
+                run_config(name, args.problem, device, args.n, args.batch, args.sandbox, args.trials, rows_file, lanes)
+            )
     floor_row = None if args.no_floor else floor(args.problem, device, args.trials)
     render(results, floor_row, console)
     if args.json:
