@@ -347,6 +347,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             results.append(
                 run_config(name, args.problem, device, args.n, args.batch, args.sandbox, args.trials, rows_file, lanes)
             )
+            if args.json:  # after every configuration: a run cut short by a time limit keeps what finished
+                args.json.write_text(json.dumps(dict(device=device, results=results, floor=None), indent=1))
     floor_row = None if args.no_floor else floor(args.problem, device, args.trials)
     render(results, floor_row, console)
     if args.json:
