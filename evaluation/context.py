@@ -14,6 +14,9 @@ and a candidate's timing process compiles again the kernels its own check has ju
 - each baseline's timing per case, measured once in a process no candidate ran in and quoted for
   every batch after (the final interleaved re-measure still times its own baselines, with a fresh
   seed, and it is what the verdict quotes);
+- the baseline process of the first timing, started beside the first checks (harness.py): it compiles
+  torch.compile's reference while the candidates are checked and waits at a gate
+  (isolation.Gate) until the timing lets it take its samples alone;
 - the Triton cache a passing candidate's check filled in its sandbox, copied into the candidate's
   timing process, so its timing does not compile the same kernels again. A timing process only
   gets the caches of the candidates it times, which all ran their checks in their own processes.
@@ -29,7 +32,7 @@ import shutil
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from evaluation.correctness import References
 from evaluation.records import Baseline, ProblemInfo
@@ -37,6 +40,48 @@ from evaluation.records import Baseline, ProblemInfo
 KEEP_REFERENCE_FRACTION_GPU = 0.2  # of the device's memory, for a search's float64 reference outputs
 KEEP_REFERENCE_BYTES_CPU = 512 << 20
 MAX_KEPT_KERNEL_CACHES = 64
+
+Measured = tuple[dict[int, dict[str, Baseline]], dict[int, tuple[int, int]]]
+
+
+class EarlyBaselines:
+    """A baseline process started ahead of its timing, in a thread; held at its gate until `result()`."""
+
+    def __init__(self, run: Callable[[Any], Measured]):
+        from evaluation.isolation import Gate
+
+        self.gate = Gate()
+        self._got: Optional[Measured] = None
+        self._taken = False
+        self._taken_lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, args=(run,), name="kscout-early-baselines", daemon=True)
+        self._thread.start()
+
+    def _run(self, run: Callable[[Any], Measured]) -> None:
+        try:
+            self._got = run(self.gate)
+        except Exception:  # the timing measures them itself then, and meets the same trouble in the open
+            self._got = None
+        finally:
+            self.gate.ready.set()
+
+    def result(self) -> Optional[Measured]:
+        """Let the process take its samples (the device is its own now) and wait for them; at once
+        once done. None if the process failed (the timing then measures the baselines itself)."""
+        self.gate.open()
+        self._thread.join()
+        return self._got
+
+    def take(self) -> Optional[Measured]:
+        """`result()` the first time it is asked for, None after: a later timing finds the baselines
+        in the search's context, as a reuse."""
+        with self._taken_lock:
+            first, self._taken = not self._taken, True
+        return self.result() if first else None
+
+    def cancel(self) -> None:
+        self.gate.cancel()
+        self._thread.join()
 
 
 def reference_budget(device: str) -> int:
@@ -62,6 +107,7 @@ class SearchContext:
         self._scratch_root = scratch_root
         self._root: Optional[Path] = None  # made when the first cache is kept
         self.baselines_reused = 0
+        self._early: dict[tuple[str, str], EarlyBaselines] = {}
 
     # -- references ----------------------------------------------------------------------------
     def references(self, info: ProblemInfo, device: str) -> References:
@@ -74,10 +120,11 @@ class SearchContext:
 
     # -- baselines -----------------------------------------------------------------------------
     def measured(
-        self, info: ProblemInfo, device: str, names: tuple[str, ...], indices: list[int]
+        self, info: ProblemInfo, device: str, names: tuple[str, ...], indices: list[int], *, count: bool = True
     ) -> tuple[dict[int, dict[str, Baseline]], dict[int, tuple[int, int]], list[str]]:
         """The baselines already timed for these cases, their byte sizes, and the names still to time
-        (a name counts as timed only when it was timed, without error, for every case)."""
+        (a name counts as timed only when it was timed, without error, for every case). `count`: a
+        reuse is counted (a look that only asks what is missing is not one)."""
         found: dict[int, dict[str, Baseline]] = {}
         sizes: dict[int, tuple[int, int]] = {}
         missing = []
@@ -93,7 +140,7 @@ class SearchContext:
                 size = self._sizes.get((info.problem_id, device, i))
                 if size is not None:
                     sizes[i] = size
-            if names and not missing:
+            if names and not missing and count:
                 self.baselines_reused += 1
         return found, sizes, missing
 
@@ -111,6 +158,21 @@ class SearchContext:
                         self._baselines[(info.problem_id, device, name, index)] = baseline
             for index, size in sizes.items():
                 self._sizes[(info.problem_id, device, index)] = size
+
+    def start_early_baselines(self, info: ProblemInfo, device: str, run: Callable[[Any], Measured]) -> bool:
+        """Start `run(gate)` (harness._time_baselines) now, unless this problem's early baselines are
+        started already; False then."""
+        key = (info.problem_id, device)
+        with self._lock:
+            if key in self._early:
+                return False
+            self._early[key] = EarlyBaselines(run)
+            return True
+
+    def early_baselines(self, info: ProblemInfo, device: str) -> Optional[EarlyBaselines]:
+        """This problem's early baselines, if they were started (kept once done, so they start once)."""
+        with self._lock:
+            return self._early.get((info.problem_id, device))
 
     # -- compiled kernels ----------------------------------------------------------------------
     def stash_kernels(self, sha: str, cache_dir: Path) -> None:
@@ -144,6 +206,10 @@ class SearchContext:
             return [self._kernels[s] for s in shas if s in self._kernels]
 
     def close(self) -> None:
+        with self._lock:
+            early, self._early = list(self._early.values()), {}
+        for job in early:  # nothing passed to time: the waiting baseline processes end
+            job.cancel()
         with self._lock:
             self._kernels.clear()
             self._refs.clear()

@@ -37,6 +37,7 @@ from evaluation.correctness import (
 from evaluation.fingerprint import fingerprint, resolve_device
 from evaluation.isolation import (
     TRITON_CACHE,
+    Gate,
     Scratch,
     WorkerExit,
     WorkerProcess,
@@ -44,6 +45,7 @@ from evaluation.isolation import (
     resolve_sandbox,
     run_worker,
     scrub,
+    wait_for_gates,
 )
 from evaluation.problem import load_problem
 from evaluation.records import (
@@ -303,12 +305,14 @@ def _run(
     plant: list[Path] | None = None,
     after: Optional[Callable[[Scratch], None]] = None,
     judged_by: Optional[Judge] = None,
+    gate: Optional[Gate] = None,
 ) -> WorkerExit:
     """One worker in its own scratch folder (a warm one from the pool where it keeps some):
     `request_for(scratch, key)` writes its inputs. `plant`: Triton caches copied into a sandboxed
     worker's cache before it starts (context.py); `after(scratch)` runs once it exited, before its
     scratch folder is removed. `judged_by`: the run's Judge, whose waiting and judging times the
-    throughput benchmark's rows split the parent's time by."""
+    throughput benchmark's rows split the parent's time by. `gate`: holds the worker at its Quiet
+    barrier until opened (isolation.Gate)."""
     warm = _take_warm(device, isolation)
     scratch = warm.scratch if warm is not None else Scratch.make(scratch_root())
     heard: dict[str, Any] = {"parent_s": 0.0}
@@ -335,7 +339,9 @@ def _run(
             from evaluation.context import plant_kernels
 
             heard["planted"] = plant_kernels(plant, scratch.out_dir / TRITON_CACHE)
-        extra = {"worker": warm} if warm is not None else {}
+        extra: dict[str, Any] = {"worker": warm} if warm is not None else {}
+        if gate is not None:
+            extra["gate"] = gate
         try:
             exit_ = run_worker(
                 scratch, device, timeout_s, request, key=key, isolation=isolation, on_message=hear, **extra
@@ -468,6 +474,8 @@ def evaluate(
                 context=own,
             ).model_copy(update=dict(started_at=started, duration_s=time.monotonic() - t0))
     refs = context.references(info, dev) if context is not None and overrides is None else None
+    if refs is not None and context is not None and _times_here(dev):
+        _start_early_baselines(info, dev, seed, refs, baselines, timeout_s, context)
     run = CorrectnessRun(source, info, dev, trials, seed, refs=refs, budget_s=timeout_s)
     sha = source_sha256(source)
     keep = None
@@ -693,7 +701,13 @@ class TimedRun:
 
 
 def _baseline_request(
-    info: ProblemInfo, dev: str, seed: int, refs: References, names: list[str], mode: str = "baselines"
+    info: ProblemInfo,
+    dev: str,
+    seed: int,
+    refs: References,
+    names: list[str],
+    mode: str = "baselines",
+    gated: bool = False,
 ):
     cases = timed_cases(info)
 
@@ -721,16 +735,24 @@ def _baseline_request(
             cases=specs,
             baselines=names,
             bench=HOST_BENCH if dev == "cpu" else protocol.BenchSpec(),
+            gated=gated,
         )
 
     return request_for
 
 
 def _time_baselines(
-    info: ProblemInfo, dev: str, seed: int, refs: References, baselines: tuple[str, ...], timeout_s: float
+    info: ProblemInfo,
+    dev: str,
+    seed: int,
+    refs: References,
+    baselines: tuple[str, ...],
+    timeout_s: float,
+    gate: Optional[Gate] = None,
 ) -> tuple[dict[int, dict[str, Baseline]], dict[int, tuple[int, int]]]:
     """Every baseline of every timed case, in processes that never ran a candidate. max-autotune runs
-    alone under its own cap; a baseline that fails or times out is recorded with its error."""
+    alone under its own cap; a baseline that fails or times out is recorded with its error. `gate`:
+    the first process compiles everything, then waits at its barrier until the gate opens."""
     measured: dict[int, dict[str, Baseline]] = {}
     sizes: dict[int, tuple[int, int]] = {}
 
@@ -748,7 +770,9 @@ def _time_baselines(
         groups.append(["torch_compile_max_autotune"])
     for names in groups:
         cap = MAX_AUTOTUNE_CAP_S if names == ["torch_compile_max_autotune"] else max(timeout_s, BASELINE_TIMEOUT_S)
-        exit_ = _run(_baseline_request(info, dev, seed, refs, names), dev, cap, "none", collect)
+        held, gate = gate, None  # only the first process waits at the gate
+        request = _baseline_request(info, dev, seed, refs, names, gated=held is not None)
+        exit_ = _run(request, dev, cap, "none", collect, gate=held)
         for index, _ in timed_cases(info):
             for name in names:
                 if name not in measured.get(index, {}):
@@ -759,6 +783,32 @@ def _time_baselines(
                     )
                     measured.setdefault(index, {})[name] = Baseline(name=name, error=why)
     return measured, sizes
+
+
+def _start_early_baselines(
+    info: ProblemInfo,
+    dev: str,
+    seed: int,
+    refs: References,
+    baselines: tuple[str, ...],
+    timeout_s: float,
+    context: "SearchContext",
+) -> None:
+    """Start the baseline process of a search's first timing now, beside the checks: torch.compile of
+    the reference compiles on the CPU (12 s for softmax on an H100) while the candidates are checked,
+    and the process then waits at its gate. The timing opens it once the candidates' samples are
+    taken, so the baselines are still timed with the device to themselves. max-autotune, under its
+    own cap, keeps its own process."""
+    names = tuple(b for b in baselines if b != "torch_compile_max_autotune")
+    indices = [index for index, _ in timed_cases(info)]
+    if not names or not indices:
+        return
+    _, _, missing = context.measured(info, dev, names, indices, count=False)
+    if missing:
+        cap = max(timeout_s, BASELINE_TIMEOUT_S)
+        context.start_early_baselines(
+            info, dev, lambda gate: _time_baselines(info, dev, seed, refs, tuple(missing), cap, gate=gate)
+        )
 
 
 def _baselines_for(
@@ -775,7 +825,11 @@ def _baselines_for(
     if context is None:
         return _time_baselines(info, dev, seed, refs, baselines, timeout_s)
     indices = [index for index, _ in timed_cases(info)]
-    measured, sizes, missing = context.measured(info, dev, baselines, indices)
+    early = context.early_baselines(info, dev)
+    got = early.take() if early is not None else None  # compiled beside the checks, timed now, alone
+    if got is not None:
+        context.remember(info, dev, *got)
+    measured, sizes, missing = context.measured(info, dev, baselines, indices, count=got is None)
     if missing:
         fresh, fresh_sizes = _time_baselines(info, dev, seed, refs, tuple(missing), timeout_s)
         context.remember(info, dev, fresh, fresh_sizes)
@@ -823,6 +877,7 @@ def time_many(
     t0 = time.monotonic()
     sources = [items[i][0] for i in todo]
     kernels = (lambda srcs: context.kernels([source_sha256(x) for x in srcs])) if context else (lambda srcs: [])
+    wait_for_gates(BASELINE_TIMEOUT_S)  # no early baseline process still compiling beside the samples
     timed = _time_batch(sources, info, dev, seed, refs, trials, timeout_s * len(todo), isolation, kernels(sources))
     if timed is None:  # the shared process failed: one process each, so the culprit gets its own status
         timed = [
@@ -1153,6 +1208,7 @@ def remeasure(
     refs = References(info, dev, seed)
     keys = [str(i) for i in range(len(names))]
     wanted = ["eager"] + [b for b in baselines if b != "eager"]
+    wait_for_gates(BASELINE_TIMEOUT_S)  # no early baseline process still compiling beside the rounds
     rm = _Remeasure(
         info,
         dev,

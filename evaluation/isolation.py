@@ -714,6 +714,50 @@ class WorkerProcess:
         )
 
 
+class Gate:
+    """Holds a worker at its Quiet barrier until the caller opens it (early baselines, harness.py).
+
+    `ready` is set once the worker waits at the barrier, or has ended without reaching it: from then
+    on it runs nothing on the device until `open()`. `cancel()` opens the gate to end the worker
+    instead. The time the worker waits does not count against its timeout. Every gate not yet open is
+    listed, so a timing can wait until no gated worker still runs (`wait_for_gates`)."""
+
+    _pending: "set[Gate]" = set()
+    _lock = threading.Lock()
+
+    def __init__(self) -> None:
+        self.ready = threading.Event()
+        self.cancelled = False
+        self._open = threading.Event()
+        with Gate._lock:
+            Gate._pending.add(self)
+
+    def open(self) -> None:
+        with Gate._lock:
+            Gate._pending.discard(self)
+        self._open.set()
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        self.open()
+
+    @property
+    def is_open(self) -> bool:
+        return self._open.is_set()
+
+    def wait_open(self, timeout_s: float) -> bool:
+        return self._open.wait(timeout_s)
+
+
+def wait_for_gates(timeout_s: float) -> bool:
+    """Wait until every gated worker not yet let through waits at its barrier (or ended): none of them
+    runs on the device then. False if one was still busy after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    with Gate._lock:
+        pending = list(Gate._pending)
+    return all(gate.ready.wait(max(0.0, deadline - time.monotonic())) for gate in pending)
+
+
 PIPE_BYTES = 1 << 20  # Linux's default ceiling for an unprivileged pipe (/proc/sys/fs/pipe-max-size)
 
 
@@ -737,11 +781,13 @@ def run_worker(
     on_message: Callable[[protocol.Message, bytes], bool] | None = None,
     limits: protocol.Limits | None = None,
     worker: "WorkerProcess | None" = None,
+    gate: Gate | None = None,
 ) -> WorkerExit:
     """Run one worker to its end. `on_message` gets every verified message; True means the caller has
     its verdict and the worker is killed. A forged frame, the deadline or the worker's exit end it.
     `worker`: one spawned ahead of need for `scratch` (a warm worker from evaluation/pool.py); else a
-    new process is started here."""
+    new process is started here. `gate`: the worker's first Quiet waits until the gate opens (the wait
+    is not counted against `timeout_s`); a cancelled gate ends the worker there."""
     if worker is None:
         worker = WorkerProcess(scratch, device, key=key, isolation=isolation, timeout_s=timeout_s, limits=limits)
     elif worker.scratch != scratch:
@@ -749,6 +795,7 @@ def run_worker(
     worker.start(request)
     timed_out = stopped = False
     quiet_since: float | None = None
+    held_s = 0.0  # seconds held at the gate
     try:
         while True:
             got = worker.receive(0.05)
@@ -758,6 +805,17 @@ def run_worker(
                     stopped = worker.alive()
                     break
                 if isinstance(got[0], protocol.Quiet):  # on_message has judged everything before it
+                    if gate is not None and not gate.is_open:
+                        gate.ready.set()
+                        t0 = time.monotonic()
+                        while not gate.wait_open(0.05) and worker.alive():
+                            pass
+                        held_s += time.monotonic() - t0
+                        if gate.cancelled:
+                            stopped = worker.alive()
+                            break
+                        if not worker.alive():
+                            continue  # it died waiting: read what is left
                     worker.send(protocol.Proceed())
                 continue
             if worker.forged is not None:
@@ -772,10 +830,12 @@ def run_worker(
                 if time.monotonic() - quiet_since > 0.5:
                     break
                 continue
-            if worker.elapsed() > timeout_s:
+            if worker.elapsed() - held_s > timeout_s:
                 timed_out = True
                 break
     finally:
+        if gate is not None:
+            gate.ready.set()  # ended: it runs nothing more on the device
         result = worker.finish(timed_out=timed_out, stopped=stopped)
     return result
 

@@ -154,6 +154,9 @@ class WorkerRequest(Wire):
     transport: Literal["pipe", "file", "shared"] = "pipe"
     share_memory: Literal["host", "cuda"] = "host"  # shared transport: where the slots live
     file_budget_bytes: int = 1 << 30  # file transport: output bytes written and not yet taken by the parent
+    # baselines: compile every baseline of every case first (while candidates' checks still run), then
+    # send Quiet and wait for Proceed before the first timed sample (early baselines, harness.py)
+    gated: bool = False
 
 
 class RoundCommand(Wire):
@@ -294,7 +297,8 @@ class Phases(Wire):
 class Quiet(Wire):
     """Timing: the worker is about to take a candidate's timed samples and waits for Proceed. The parent
     answers once it has judged every output sent before: its float64 comparisons run on the same
-    device and would otherwise be timed with the candidate (worker -> parent)."""
+    device and would otherwise be timed with the candidate. A gated baselines worker sends it once its
+    compiles are done, and the parent answers when the device is the baselines' alone (worker -> parent)."""
 
     kind: Literal["quiet"] = "quiet"
 

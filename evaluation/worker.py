@@ -491,6 +491,7 @@ class Worker:
         if not isinstance(command, protocol.Proceed):
             what = type(command).__name__ if command is not None else "the end of the request pipe"
             raise Verdict("crashed", "timing", "ProtocolError", f"waited for the parent's Proceed, got {what}")
+        CLOCK.stamp("proceed")
 
     def prepare(self, bench, model, case: protocol.CaseSpec, stage: str, name: str):
         """The timed call prepared (warm-up, capture), every call of the candidate watched."""
@@ -701,17 +702,51 @@ class Worker:
             return ref
         return torch.compile(ref, dynamic=False, mode=COMPILE_MODES[name])
 
+    def compile_baselines(self) -> dict[int, tuple[Any, dict[str, Any]]]:
+        """A gated request: every case's reference and compiled baselines, each called once on one
+        timing set (torch.compile compiles on its first call), while the device may still be shared.
+        A baseline that fails here fails again when timed, and is recorded then."""
+        import torch
+
+        built: dict[int, tuple[Any, dict[str, Any]]] = {}
+        for case in self.req.cases:
+            pm = self.problem(case)
+            matmul_precision(pm)
+            progress(case.case_id, "compiling baselines")
+            first = self.inputs(pm, case, case.timing_sets[0])
+            with torch.no_grad():
+                ref = self._reference(pm, case)
+                fns: dict[str, Any] = {}
+                for name in self.req.baselines:
+                    try:
+                        with CLOCK.timed(f"baseline:{name}"):
+                            fn = self._baseline_fn(name, ref)
+                            fn(*first)
+                        fns[name] = fn
+                    except Exception:
+                        pass
+            built[case.index] = (ref, fns)
+            del first
+            self._free()
+        return built
+
     def baselines(self) -> None:
         import torch
 
         bench = self.make_bench()
+        built = self.compile_baselines() if self.req.gated else {}
+        if self.req.gated:
+            if self.device == "cuda":
+                torch.cuda.synchronize()
+            self.quiet()  # the parent lets the samples start once the device is the baselines' alone
         for case in self.req.cases:
             pm = self.problem(case)
             matmul_precision(pm)
             progress(case.case_id, "baselines")
             sets = [self.inputs(pm, case, s) for s in case.timing_sets]
             with torch.no_grad():
-                ref = self._reference(pm, case)
+                ref, fns = built.pop(case.index, (None, {}))
+                ref = ref if ref is not None else self._reference(pm, case)
                 outs = ref(*sets[0])  # the byte count comes from the reference, not from a candidate
                 outs = outs if isinstance(outs, (tuple, list)) else [outs]
                 sizes = dict(
@@ -721,7 +756,8 @@ class Worker:
                 for name in self.req.baselines:
                     try:
                         with CLOCK.timed(f"baseline:{name}"):
-                            stats, _ = bench.measure(bench.prepare(self._baseline_fn(name, ref), sets))
+                            fn = fns[name] if name in fns else self._baseline_fn(name, ref)
+                            stats, _ = bench.measure(bench.prepare(fn, sets))
                         self.ch.send(
                             protocol.Timed(index=case.index, candidate=name, stats=stats.model_dump(), **sizes)
                         )
@@ -895,7 +931,8 @@ def main(argv: list[str] | None = None) -> None:
             return
         raise
     CLOCK.stamp("request")
-    if request.mode not in ("remeasure", "timing"):  # timing waits for Proceed (Worker.quiet), remeasure for rounds
+    # timing and gated baselines wait for Proceed (Worker.quiet), remeasure for rounds
+    if request.mode not in ("remeasure", "timing") and not (request.mode == "baselines" and request.gated):
         os.close(args.in_fd)  # nothing more comes from the parent; nothing for the candidate to read
     try:
         worker = Worker(channel, request, Path(args.in_dir))
