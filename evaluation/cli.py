@@ -12,7 +12,7 @@ from typing import List, Optional
 
 import typer
 
-from evaluation.errors import CandidateError, ProblemError
+from evaluation.errors import CandidateError, KscoutError, ProblemError
 from evaluation.problem_file import SLOT
 from evaluation.records import Status
 
@@ -145,6 +145,12 @@ def register(app: typer.Typer) -> None:
         sandbox: str = typer.Option(
             "auto", "--sandbox", help="auto | required | off: run the candidate in an OS sandbox (bubblewrap)"
         ),
+        phases_file: Optional[Path] = typer.Option(
+            None,
+            "--phases",
+            help="write where the time went here: one JSON row per process (its stamps and phase seconds, "
+            "the parent's reference and judging seconds)",
+        ),
     ) -> None:
         """Evaluate a candidate kernel: static check, compile, correctness on every case, timing.
 
@@ -158,9 +164,19 @@ def register(app: typer.Typer) -> None:
 
         overrides = parse_sets(sets)
         source = read_candidate(candidate)
+        if phases_file is not None and not phases_file.parent.is_dir():  # said before minutes of evaluation
+            raise KscoutError(f"--phases: no folder {phases_file.parent} to write {phases_file.name} in")
         dev = resolve_device(device)
         info = load_problem(problem, dev, overrides, timed=time_cases, dtypes=dtypes or None, tolerance=tolerance)
-        result = evaluate(source, info, device=dev, timeout_s=timeout, trials=trials, sandbox=sandbox)
+        from evaluation import phases
+
+        with phases.recording() as rows:
+            result = evaluate(source, info, device=dev, timeout_s=timeout, trials=trials, sandbox=sandbox)
+        if phases_file is not None:
+            try:
+                phases_file.write_text(json.dumps(rows, indent=1))
+            except OSError as exc:
+                raise KscoutError(f"cannot write the phase rows to {phases_file}: {exc}") from exc
         result = annotate(result, source, info)  # the policy that judged it, approximations (idempotent)
         if as_json:
             typer.echo(result.model_dump_json())

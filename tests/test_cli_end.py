@@ -517,3 +517,16 @@ def test_an_owner_is_alive_only_while_that_very_process_runs():
 def test_ingest_of_a_missing_path_is_one_line_and_exit_2(cwd, capsys):
     code, out, err = kscout(["ingest", str(cwd / "missing.md"), "--store", "store"], capsys)
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "missing.md" in err
+
+
+def test_eval_writes_one_phase_row_per_process_where_asked_and_refuses_a_missing_folder_first(cwd, capsys):
+    seed = str(ROOT / "evaluation" / "seeds" / "layernorm.py")
+    args = ["eval", seed, "--problem", "layernorm", "--device", "cpu", "--set", "M=2", "--trials", "1"]
+    code, out, err = kscout([*args, "--phases", "nowhere/phases.json"], capsys)
+    assert code == 2 and "--phases: no folder nowhere" in err and "passed" not in out
+    code, out, err = kscout([*args, "--phases", "phases.json", "--json"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["status"] == "passed"
+    (row,) = json.loads((cwd / "phases.json").read_text())  # on a CPU: the check's process, nothing timed
+    assert row["role"] == "correctness" and row["cases"] >= 1 and row["parent_judge_s"] >= 0
+    assert row["worker"]["seconds"]["correctness"] > 0 and row["worker"]["stamps"]["finished"] > 0
