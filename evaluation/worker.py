@@ -204,15 +204,47 @@ def import_candidate(path: Path, name: str = "candidate"):
     return module
 
 
-def build(model_cls, problem_module, init_seed: int, state: dict, device: str, dtype_name: str):
+def rebind_sizes(model_cls, params: dict[str, int] | None) -> list[str]:
+    """The case's size constants, rebound in the candidate's own module wherever it defines the same
+    name as an int, as the harness rebinds them in the problem's: a candidate whose `__init__` reads a
+    module-level `batch_size`, as the reference's does, builds at each case's sizes instead of failing
+    every case but the shipped one. The values are the case's public sizes (its inputs' shapes show
+    them); nothing else in the module is touched. Returns the names rebound."""
+    init = getattr(model_cls, "__init__", None)
+    names = getattr(init, "__globals__", None)  # the defining module's namespace (not sys.modules[...],
+    # which the timing process's candidates, all imported as `candidate`, share)
+    if not params or names is None or str(names.get("__name__", "")).startswith("torch"):
+        return []
+    done = []
+    for name, value in params.items():
+        current = names.get(name)
+        if type(current) is int and current != value:
+            names[name] = value
+            done.append(name)
+        elif type(current) is int:
+            done.append(name)
+    return done
+
+
+def build(
+    model_cls,
+    problem_module,
+    init_seed: int,
+    state: dict,
+    device: str,
+    dtype_name: str,
+    params: dict[str, int] | None = None,
+):
     """Build a model after the reference's seed and init inputs; give it the reference's weights as far
     as they map (evaluation/binding.py: same keys, else by shape and name), so parameter init order
-    cannot matter; cast to the case. Returns the model and how its weights were bound."""
+    cannot matter; cast to the case. `params`: the case's size constants (rebind_sizes). Returns the
+    model and how its weights were bound."""
     import torch
 
     from evaluation import binding, emulation
     from evaluation.problem import init_inputs
 
+    rebind_sizes(model_cls, params)
     torch.manual_seed(init_seed)
     init = init_inputs(problem_module)
     torch.manual_seed(init_seed)
@@ -609,7 +641,9 @@ class Worker:
 
     def _build(self, model_cls, pm, case: protocol.CaseSpec, stage: str):
         try:
-            return build(model_cls, pm, self.req.init_seed, self.states[case.state], self.device, case.dtype)
+            return build(
+                model_cls, pm, self.req.init_seed, self.states[case.state], self.device, case.dtype, case.params
+            )
         except Verdict:
             raise
         except Exception as exc:

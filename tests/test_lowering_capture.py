@@ -62,13 +62,16 @@ def test_init_is_copied_with_its_defaults_and_without_its_docstring():
     assert "self.fc = nn.Linear(n, n)" in init.body
 
 
-def test_an_init_that_reads_a_module_level_size_is_refused_with_the_name():
+def test_an_init_that_reads_a_module_level_size_constant_gets_it_mirrored_and_an_expression_is_refused():
     src = CASES["softmax_dim1"].replace(
         "super().__init__()", "super().__init__()\n        self.w = nn.Parameter(torch.randn(N))"
     )
-    src = "N = 4\n" + src
-    with pytest.raises(LoweringError, match="module-level value 'N'"):
-        capture(src, "/tmp/global_n.py")
+    init = init_source("N = 4\n" + src)
+    assert init.helpers == ("N = 4",)  # the worker rebinds it per case, as in the problem's module
+    assert "self.w = nn.Parameter(torch.randn(N))" in init.body
+    assert init_source("N = 2\nN = 4\n" + src).helpers == ("N = 4",)  # the last assignment counts
+    with pytest.raises(LoweringError, match="module-level value 'N', which is not a plain int constant"):
+        capture("N = 2 * 2\n" + src, "/tmp/global_n.py")
 
 
 def test_a_trace_swaps_functional_pooling_only_in_its_own_thread():

@@ -213,18 +213,42 @@ def init_source(source: str) -> InitSource:
     if init.args.kwarg:
         params.add(init.args.kwarg.arg)
     used = {n.id for n in ast.walk(init) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-    helpers = []
+    sizes = _int_constants(tree)
+    constants, helpers = [], []
     for name in sorted(used - params - imported):
         if name in defined:
             helpers.append(ast.get_source_segment(source, defined[name]))
+        elif name in sizes:  # a size constant: the harness rebinds it per case in the candidate's module too
+            constants.append(f"{name} = {sizes[name]}")
         elif name in assigned:
             raise LoweringError(
-                f"Model.__init__ reads the module-level value {name!r}, which the harness may "
-                f"rebind per shape case; the lowering mirrors only __init__'s own arguments"
+                f"Model.__init__ reads the module-level value {name!r}, which is not a plain int constant; "
+                f"the lowering mirrors only __init__'s own arguments and the problem's int size constants"
             )
     return InitSource(
-        signature=args, body=textwrap.indent(body, " " * 8) + "\n", imports=imports, helpers=tuple(helpers)
+        signature=args,
+        body=textwrap.indent(body, " " * 8) + "\n",
+        imports=imports,
+        helpers=tuple(constants + helpers),
     )
+
+
+def _int_constants(tree: ast.Module) -> dict[str, int]:
+    """Module-level names last assigned a plain int (`batch_size = 256`): the size constants a shape
+    case rebinds (evaluation/worker.py rebinds them in the candidate's module as in the problem's)."""
+    found: dict[str, int] = {}
+    for node in tree.body:
+        if not isinstance(node, ast.Assign):
+            continue
+        value = node.value
+        is_int = isinstance(value, ast.Constant) and type(value.value) is int
+        for target in node.targets:
+            if isinstance(target, ast.Name):
+                if is_int:
+                    found[target.id] = value.value  # type: ignore[union-attr]
+                else:
+                    found.pop(target.id, None)
+    return found
 
 
 # ---------------------------------------------------------------- placeholders
