@@ -255,7 +255,9 @@ def _heading_cover(corpus: Corpus, query: str, rows: np.ndarray) -> np.ndarray:
         terms = cache.get(r)
         if terms is None:
             path = corpus.chunks[r].heading_path
-            terms = tuple(dict.fromkeys(tokenize(path[-1]))) if path else ()
+            # the page's own title says which page, not which of its sections: its words count for none
+            title = set(tokenize(path[0])) if path else set()
+            terms = tuple(t for t in dict.fromkeys(tokenize(path[-1])) if t not in title) if len(path) > 1 else ()
             cache[r] = terms
         if not terms:
             continue

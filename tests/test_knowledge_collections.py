@@ -113,6 +113,10 @@ def library_store(hwdocs_store_template, tmp_path):
             "reduction.\n"
         ),
         "rowlib/overview.md": "# rowlib overview\n\nrowlib is a header-only library of row reductions and scans.\n",
+        "rowlib/determinism.md": (
+            "# Determinism\n\nrowlib results can repeat bit for bit.\n\n## Determinism support matrix\n\n"
+            "Every rowlib scan repeats run to run.\n"
+        ),
         "othlib/intro.md": "# othlib\n\nothlib sorts keys on the device with a radix sort.\n",
         "othlib/merge.md": "# othlib merge\n\nothlib merges sorted ranges.\n",
     }
@@ -153,3 +157,23 @@ def test_heading_cover_counts_the_idf_share_of_the_heading_the_question_says(lib
         corpus.bm25.term_idf("selector") / (corpus.bm25.term_idf("policy") + corpus.bm25.term_idf("selector"))
     )
     assert _heading_cover(corpus, "how fast is the H100", rows).tolist() == [0.0]
+
+
+def test_heading_cover_gives_nothing_for_the_page_title_only_for_what_a_section_adds(library_store):
+    """A question that names the page's topic says which page, not which section: the page's intro
+    (its title's section) gets no heading cover, and a section is covered only by the words it adds."""
+    from knowledge.index import corpus_for
+    from knowledge.retrieve import _heading_cover
+
+    corpus = corpus_for(library_store, library_store.documents())
+    intro, matrix = (
+        np.array([i for i, c in enumerate(corpus.chunks) if c.heading_path == path], dtype=np.int64)
+        for path in (("Determinism",), ("Determinism", "Determinism support matrix"))
+    )
+    assert intro.size == 1 and matrix.size == 1
+    question = "which rowlib scans support determinism"
+    assert _heading_cover(corpus, question, intro).tolist() == [0.0]
+    assert _heading_cover(corpus, question, matrix)[0] == pytest.approx(
+        corpus.bm25.term_idf("support") / (corpus.bm25.term_idf("support") + corpus.bm25.term_idf("matrix"))
+    )
+    assert _heading_cover(corpus, "is rowlib deterministic", matrix).tolist() == [0.0]  # the title's word only

@@ -537,15 +537,16 @@ def test_the_thirdparty_question_set_names_passages_that_exist():
 @pytest.mark.slow
 def test_thirdparty_questions_hold_the_measured_ranking(thirdparty_scores):
     out = thirdparty_scores
-    # Measured 2026-12-06 (three chunks a document; one question relabelled to the section that has its
-    # answer): hit@1 0.82, recall@5 0.94, MRR 0.873; before: 0.80, 0.90, 0.847 (library collections,
-    # heading cover, the leader rule), 0.64, 0.78, 0.70 (2026-12-05) and 0.58, 0.70, 0.63.
-    assert out["hit_at_1"] >= 0.80 and out["mrr"] >= 0.85 and out["recall_at_5"] >= 0.92, out["_misses"]
+    # Measured 2026-12-06, later (a page's title words give a section no heading cover): hit@1 0.86,
+    # recall@5 0.94, MRR 0.897; before: 0.82, 0.94, 0.873 (three chunks a document; one question
+    # relabelled to the section that has its answer), 0.80, 0.90, 0.847 (library collections, heading
+    # cover, the leader rule), 0.64, 0.78, 0.70 (2026-12-05) and 0.58, 0.70, 0.63.
+    assert out["hit_at_1"] >= 0.84 and out["mrr"] >= 0.88 and out["recall_at_5"] >= 0.92, out["_misses"]
     assert out["outcome_first"] == 1.0, out["_outcome_misses"]
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 27 item 2 goals not met yet: hit@1 0.82, MRR 0.873, op-device top-3 7/9")
+@pytest.mark.xfail(strict=True, reason="issue 27 item 2 goals not met yet: MRR 0.897, op-device top-3 7/9")
 def test_thirdparty_questions_meet_the_issue_goals(thirdparty_scores):
     out = thirdparty_scores
     assert out["hit_at_1"] >= 0.85 and out["mrr"] >= 0.9
