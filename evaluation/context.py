@@ -55,7 +55,12 @@ class EarlyBaselines:
         self._taken = False
         self._taken_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, args=(run,), name="kscout-early-baselines", daemon=True)
-        self._thread.start()
+        try:
+            self._thread.start()
+        except RuntimeError:  # no thread to be had: nothing will wait at this gate, so none may wait for it
+            self.gate.ready.set()
+            self.gate.open()
+            raise
 
     def _run(self, run: Callable[[Any], Measured]) -> None:
         try:
@@ -166,7 +171,10 @@ class SearchContext:
         with self._lock:
             if key in self._early:
                 return False
-            self._early[key] = EarlyBaselines(run)
+            try:
+                self._early[key] = EarlyBaselines(run)
+            except RuntimeError:  # no thread: the timing measures its baselines itself, as before
+                return False
             return True
 
     def early_baselines(self, info: ProblemInfo, device: str) -> Optional[EarlyBaselines]:
