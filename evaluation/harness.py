@@ -805,9 +805,8 @@ def _start_early_baselines(
         return
     _, _, missing = context.measured(info, dev, names, indices, count=False)
     if missing:
-        cap = max(timeout_s, BASELINE_TIMEOUT_S)
         context.start_early_baselines(
-            info, dev, lambda gate: _time_baselines(info, dev, seed, refs, tuple(missing), cap, gate=gate)
+            info, dev, lambda gate: _time_baselines(info, dev, seed, refs, tuple(missing), timeout_s, gate=gate)
         )
 
 

@@ -215,14 +215,8 @@ def rebind_sizes(model_cls, params: dict[str, int] | None) -> list[str]:
     # which the timing process's candidates, all imported as `candidate`, share)
     if not params or names is None or str(names.get("__name__", "")).startswith("torch"):
         return []
-    done = []
-    for name, value in params.items():
-        current = names.get(name)
-        if type(current) is int and current != value:
-            names[name] = value
-            done.append(name)
-        elif type(current) is int:
-            done.append(name)
+    done = [name for name in params if type(names.get(name)) is int]
+    names.update({name: params[name] for name in done})
     return done
 
 
@@ -768,8 +762,9 @@ class Worker:
         import torch
 
         bench = self.make_bench()
-        built = self.compile_baselines() if self.req.gated else {}
+        built: dict[int, tuple[Any, dict[str, Any]]] = {}
         if self.req.gated:
+            built = self.compile_baselines()
             if self.device == "cuda":
                 torch.cuda.synchronize()
             self.quiet()  # the parent lets the samples start once the device is the baselines' alone
