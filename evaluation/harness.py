@@ -38,9 +38,11 @@ from evaluation.fingerprint import fingerprint, resolve_device
 from evaluation.isolation import (
     TRITON_CACHE,
     Gate,
+    Lane,
     Scratch,
     WorkerExit,
     WorkerProcess,
+    lane_gate,
     last_progress,
     resolve_sandbox,
     run_worker,
@@ -364,6 +366,7 @@ def _run(
                     parent_wait_s=judged_by.waited_s if judged_by is not None else None,
                     parent_compare_s=judged_by.judged_s if judged_by is not None else None,
                     planted=heard.get("planted", 0),
+                    gate_s=gate.held_s if gate is not None else None,
                     spawned_at=warm.spawned_at if warm is not None else None,
                     exited_at=time.time(),
                     wall_s=exit_.wall_s,
@@ -392,11 +395,14 @@ def evaluate(
     baselines: tuple[str, ...] = BASELINES,
     sandbox: str | None = None,
     context: "SearchContext | None" = None,
+    lane: Optional[Lane] = None,
 ) -> EvalResult:
     """Judge one candidate. `seed` fixes the trial inputs (recorded in the result either way);
     `baselines` are those timed next to it (eager always: speedups are against it); `sandbox` is
     auto | required | off (None: $KSCOUT_SANDBOX, else auto). `context`: the search this evaluation
-    belongs to (its seed, references, baselines and compiled kernels; evaluation/context.py)."""
+    belongs to (its seed, references, baselines and compiled kernels; evaluation/context.py).
+    `lane` (a GPU check, time_it False): the device turn the check waits for once the worker has
+    compiled the candidate's kernels (a gated request, isolation.lane_gate); held to the check's end."""
     started, t0 = _now(), time.monotonic()
     dev = resolve_device(device)
     info = _problem(problem, dev, overrides)
@@ -481,7 +487,20 @@ def evaluate(
     keep = None
     if context is not None and isolation == "bwrap":
         keep = lambda scratch: context.stash_kernels(sha, scratch.out_dir / TRITON_CACHE)  # noqa: E731
-    exit_ = _run(run.request, dev, timeout_s, isolation, run.on_message, after=keep, judged_by=run.judge)
+    if lane is not None and not time_it:  # executors pass one on a GPU only
+        with lane_gate(lane) as gate:
+            exit_ = _run(
+                lambda scratch, key: run.request(scratch, key).model_copy(update=dict(gated=True)),
+                dev,
+                timeout_s,
+                isolation,
+                run.on_message,
+                after=keep,
+                judged_by=run.judge,
+                gate=gate,
+            )
+    else:
+        exit_ = _run(run.request, dev, timeout_s, isolation, run.on_message, after=keep, judged_by=run.judge)
     result = _judged(run, exit_, info, dev, timeout_s, finish, seen)
     if context is not None and not result.passed:
         context.drop_kernels(sha)

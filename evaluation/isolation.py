@@ -38,9 +38,10 @@ import tempfile
 import threading
 import time
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Literal, Optional
+from typing import Any, Callable, Iterator, Literal, Optional, Protocol
 
 import evaluation
 from evaluation import protocol
@@ -728,6 +729,8 @@ class Gate:
     def __init__(self) -> None:
         self.ready = threading.Event()
         self.cancelled = False
+        self.held_s = 0.0  # seconds the worker waited at the barrier (run_worker)
+        self.ended = False  # the worker's run is over (run_worker): at the barrier or not, it waits no more
         self._open = threading.Event()
         with Gate._lock:
             Gate._pending.add(self)
@@ -747,6 +750,44 @@ class Gate:
 
     def wait_open(self, timeout_s: float) -> bool:
         return self._open.wait(timeout_s)
+
+
+class Lane(Protocol):
+    """A turn on the device that a gated check waits for once its kernels are compiled (an executor's
+    GPU lane, agent/search/executors/local.py)."""
+
+    def acquire(self, abandon: threading.Event) -> bool:
+        """Block until the turn is held (True), or until `abandon` is set (False: nothing held)."""
+        ...
+
+    def release(self) -> None: ...
+
+
+@contextmanager
+def lane_gate(lane: Lane) -> Iterator[Gate]:
+    """A Gate that opens once its worker waits at the barrier and `lane` is held; the lane is held until
+    the block ends. A worker that ends before the barrier, or a block left early, takes no lane."""
+    gate, ended, held = Gate(), threading.Event(), threading.Event()
+
+    def admit() -> None:
+        while not gate.ready.wait(0.05):
+            if ended.is_set():
+                return
+        if gate.is_open or gate.ended or ended.is_set() or not lane.acquire(ended):
+            return
+        held.set()
+        gate.open()
+
+    thread = threading.Thread(target=admit, name="kscout-lane", daemon=True)
+    thread.start()
+    try:
+        yield gate
+    finally:
+        ended.set()
+        thread.join()
+        gate.open()  # no longer pending, whatever happened
+        if held.is_set():
+            lane.release()
 
 
 def wait_for_gates(timeout_s: float) -> bool:
@@ -811,6 +852,7 @@ def run_worker(
                         while not gate.wait_open(0.05) and worker.alive():
                             pass
                         held_s += time.monotonic() - t0
+                        gate.held_s = held_s
                         if gate.cancelled:
                             stopped = worker.alive()
                             break
@@ -835,6 +877,7 @@ def run_worker(
                 break
     finally:
         if gate is not None:
+            gate.ended = True
             gate.ready.set()  # ended: it runs nothing more on the device
         result = worker.finish(timed_out=timed_out, stopped=stopped)
     return result

@@ -155,7 +155,9 @@ class WorkerRequest(Wire):
     share_memory: Literal["host", "cuda"] = "host"  # shared transport: where the slots live
     file_budget_bytes: int = 1 << 30  # file transport: output bytes written and not yet taken by the parent
     # baselines: compile every baseline of every case first (while candidates' checks still run), then
-    # send Quiet and wait for Proceed before the first timed sample (early baselines, harness.py)
+    # send Quiet and wait for Proceed before the first timed sample (early baselines, harness.py).
+    # correctness (GPU): call the candidate once per case on a timing set first, so Triton compiles its
+    # kernels before the check holds a GPU lane; then Quiet, and the battery after Proceed (lanes)
     gated: bool = False
 
 
@@ -298,7 +300,8 @@ class Quiet(Wire):
     """Timing: the worker is about to take a candidate's timed samples and waits for Proceed. The parent
     answers once it has judged every output sent before: its float64 comparisons run on the same
     device and would otherwise be timed with the candidate. A gated baselines worker sends it once its
-    compiles are done, and the parent answers when the device is the baselines' alone (worker -> parent)."""
+    compiles are done, and the parent answers when the device is the baselines' alone; a gated check
+    once its kernels are compiled, and the parent answers when it holds a GPU lane (worker -> parent)."""
 
     kind: Literal["quiet"] = "quiet"
 

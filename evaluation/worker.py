@@ -509,14 +509,15 @@ class Worker:
         del runner
         return stats
 
-    def quiet(self) -> None:
+    def quiet(self, stage: str = "timing") -> None:
         """Wait until the parent has judged every output sent so far: its comparisons share the device
-        (or, on a CPU, the cores) and must not run while a candidate's samples are taken."""
+        (or, on a CPU, the cores) and must not run while a candidate's samples are taken. A gated
+        check or baselines worker waits here for its turn on the device."""
         self.ch.send(protocol.Quiet())
         command = self.ch.read_command()
         if not isinstance(command, protocol.Proceed):
             what = type(command).__name__ if command is not None else "the end of the request pipe"
-            raise Verdict("crashed", "timing", "ProtocolError", f"waited for the parent's Proceed, got {what}")
+            raise Verdict("crashed", stage, "ProtocolError", f"waited for the parent's Proceed, got {what}")
         CLOCK.stamp("proceed")
 
     def prepare(self, bench, model, case: protocol.CaseSpec, stage: str, name: str):
@@ -577,6 +578,10 @@ class Worker:
         model_cls = getattr(module, "ModelNew", None)
         if model_cls is None:
             raise Verdict("compile_error", "compile", "MissingModelNew", "the candidate defines no ModelNew")
+        if self.req.gated:
+            self.compile_pass(entry.name, model_cls)
+            CLOCK.stamp("compiled")
+            self.quiet("correctness")  # the parent answers once this check holds a GPU lane
         launches, weights = 0, None
         for number, case in enumerate(self.req.cases):
             if number == 1:  # after the first case (so a candidate that kills itself dies in a named case):
@@ -600,6 +605,28 @@ class Worker:
             )
         )
         self.ch.send(protocol.Done())
+
+    def compile_pass(self, name: str, model_cls) -> None:
+        """A gated check: each case's forward once, on its first timing set (inputs a timing warms up
+        on unjudged anyway, never a judged trial's), so Triton compiles every kernel the battery will
+        launch while other checks hold the device. Nothing here is judged, and a crash here is the
+        candidate's, as in any call; the launches are not counted with the battery's."""
+        for case in self.req.cases:
+            if not case.timing_sets:
+                continue
+            pm = self.problem(case)
+            matmul_precision(pm)
+            model, _ = self._build(model_cls, pm, case, "correctness")
+            progress(case.case_id, "compile pass")
+            try:
+                inputs = self.inputs(pm, case, case.timing_sets[0])
+            except Exception as exc:  # out of device memory beside other checks, as a rule
+                raise Verdict(
+                    "crashed", "correctness", type(exc).__name__, f"drawing inputs for {case.case_id}: {one_line(exc)}"
+                )
+            self.call(model, inputs, f"{case.case_id} compile pass", "correctness", name=name)
+            del model, inputs
+            self._free()
 
     def _work_rule(self, name: str) -> None:
         """Refuse a candidate whose Triton kernels did not do the work of the largest case (by input
@@ -960,8 +987,8 @@ def main(argv: list[str] | None = None) -> None:
             return
         raise
     CLOCK.stamp("request")
-    # timing and gated baselines wait for Proceed (Worker.quiet), remeasure for rounds
-    if request.mode not in ("remeasure", "timing") and not (request.mode == "baselines" and request.gated):
+    # timing and gated baselines or checks wait for Proceed (Worker.quiet), remeasure for rounds
+    if request.mode not in ("remeasure", "timing") and not request.gated:
         os.close(args.in_fd)  # nothing more comes from the parent; nothing for the candidate to read
     try:
         worker = Worker(channel, request, Path(args.in_dir))

@@ -192,3 +192,31 @@ def test_max_autotune_is_a_baseline_with_a_time_cap(small_layernorm, monkeypatch
     for t in result.timing:
         autotune = [b for b in t.baselines if b.name == "torch_compile_max_autotune"][0]
         assert autotune.timing is None and "did not finish within 1 s" in autotune.error
+
+
+class _SlowLane:
+    def __init__(self) -> None:
+        self.granted = 0
+
+    def acquire(self, abandon) -> bool:
+        if abandon.wait(1.0):  # the device is another check's for a second
+            return False
+        self.granted += 1
+        return True
+
+    def release(self) -> None:
+        pass
+
+
+def test_a_gated_check_compiles_its_kernels_before_it_waits_for_its_lane(small_layernorm):
+    from evaluation import phases
+
+    lane = _SlowLane()
+    with phases.recording() as rows:
+        result = evaluate(SEED, small_layernorm, device="cuda", trials=1, time_it=False, lane=lane)
+    assert result.status is Status.passed, result.message
+    (row,) = [r for r in rows if r["role"] == "correctness"]
+    stamps, seconds = row["worker"]["stamps"], row["worker"]["seconds"]
+    assert lane.granted == 1 and row["gate_s"] >= 0.9
+    assert stamps["armed"] < stamps["compiled"] < stamps["proceed"]  # compiled, then waited, then the battery
+    assert seconds["compile"] > 0.1  # Triton really compiled, in the pass before the lane

@@ -4,6 +4,7 @@
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 import pytest
 import torch
@@ -218,6 +219,8 @@ class Recorder:
         self.overlap = 0  # a timing that started while a check was running, or the reverse
         self.timing_calls: list[tuple[list[str], tuple[str, ...]]] = []
         self.checked = 0
+        self.compiling = 0  # checks compiling before their lane (in_lane)
+        self.peak_compile = 0
         self.lock = threading.Lock()
 
     @staticmethod
@@ -240,11 +243,12 @@ class Recorder:
         with self.lock:
             self.active[kind] -= 1
 
-    def evaluate(self, source, problem, *, device, timeout_s, trials, time_it=True):
+    def evaluate(self, source, problem, *, device, timeout_s, trials, time_it=True, lane=None):
         assert not time_it  # the executor asks for correctness only and times separately
-        self._enter("check")
-        time.sleep(0.05)
-        self._leave("check")
+        with in_lane(self, lane):
+            self._enter("check")
+            time.sleep(0.05)
+            self._leave("check")
         return timed(source, status=Status.incorrect if source.startswith("bad") else Status.passed)
 
     def time_many(self, items, problem, *, device, timeout_s, baselines):
@@ -253,6 +257,26 @@ class Recorder:
         self.timing_calls.append(([src for src, _ in items], tuple(baselines)))
         self._leave("time")
         return [timed(src, ({"M": 8}, 2.0, 1.8, 2.2)) for src, _ in items]
+
+
+@contextmanager
+def in_lane(rec, lane):
+    """What the harness does with a check's lane: compile first (counted in `rec.compiling`), then
+    the battery inside the lane (isolation.lane_gate); no lane: the executor already holds the device."""
+    if lane is None:
+        yield
+        return
+    with rec.lock:
+        rec.compiling += 1
+        rec.peak_compile = max(rec.peak_compile, rec.compiling)
+    time.sleep(0.1)  # Triton's compile, on the CPU
+    with rec.lock:
+        rec.compiling -= 1
+    assert lane.acquire(threading.Event())
+    try:
+        yield
+    finally:
+        lane.release()
 
 
 def test_a_gpu_batch_checks_in_parallel_then_times_the_passing_candidates_in_one_call():
@@ -275,6 +299,7 @@ def test_checks_on_a_gpu_share_it_only_as_many_at_once_as_it_has_lanes(monkeypat
         landed = dict(ex.evaluate_batch([f"c{i}" for i in range(6)], PROBLEM, baselines=("eager",)))
     assert sorted(landed) == list(range(6)) and ex.lanes == 2
     assert rec.peak == {"check": 2, "time": 1} and rec.overlap == 0
+    assert rec.peak_compile > 2  # compiles run side by side, past the lanes: only the batteries wait
     monkeypatch.setenv("KSCOUT_GPU_LANES", "4")
     rec = Recorder()
     with LocalExecutor("cuda", 6, evaluator=rec) as ex:  # from the environment
@@ -301,15 +326,16 @@ class Crowded(Recorder):
         self.alone: list[str] = []
         self.checks: list[str] = []
 
-    def evaluate(self, source, problem, *, device, timeout_s, trials, time_it=True):
-        self._enter("check")
-        time.sleep(0.05)
-        with self.lock:
-            crowded = self.always or self.active["check"] > 1
-            self.checks.append(source)
-            if self.active["check"] == 1:
-                self.alone.append(source)
-        self._leave("check")
+    def evaluate(self, source, problem, *, device, timeout_s, trials, time_it=True, lane=None):
+        with in_lane(self, lane):
+            self._enter("check")
+            time.sleep(0.05)
+            with self.lock:
+                crowded = self.always or self.active["check"] > 1
+                self.checks.append(source)
+                if self.active["check"] == 1:
+                    self.alone.append(source)
+            self._leave("check")
         if crowded and source.startswith("raise"):
             raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
         if crowded and source.startswith("oom"):

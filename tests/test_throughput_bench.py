@@ -10,7 +10,7 @@ import pytest
 from agent.search.executors import throughput
 
 
-def _row(role, warm, *, exited, wall, stamps, seconds, inputs=0.0, judge=0.0, wait=None, candidates=1):
+def _row(role, warm, *, exited, wall, stamps, seconds, inputs=0.0, judge=0.0, wait=None, candidates=1, gate=None):
     return dict(
         role=role,
         warm=warm,
@@ -20,6 +20,7 @@ def _row(role, warm, *, exited, wall, stamps, seconds, inputs=0.0, judge=0.0, wa
         parent_judge_s=judge,
         parent_wait_s=wait,
         planted=0,
+        gate_s=gate,
         spawned_at=None,
         exited_at=exited,
         wall_s=wall,
@@ -37,6 +38,7 @@ def test_the_split_charges_a_cold_start_and_only_the_wait_for_a_warm_one():
         seconds={"compile": 2.0, "correctness": 5.0, "profiler": 1.0, "timing": 0.0},
         inputs=0.5,
         judge=3.0,
+        gate=4.0,  # compiled, then 4 s at its barrier until a GPU lane was free
     )
     warm = _row(
         "timing",
@@ -56,7 +58,7 @@ def test_the_split_charges_a_cold_start_and_only_the_wait_for_a_warm_one():
         stamps={"process": 296.0, "started": 299.0, "warm": 304.0, "armed": 304.2},
         seconds={},
     )
-    baselines = _row("baselines", False, exited=60.0, wall=12.0, stamps={}, seconds={}, candidates=0)
+    baselines = _row("baselines", False, exited=60.0, wall=12.0, stamps={}, seconds={}, candidates=0, gate=7.0)
     split = throughput.split([cold, warm, late, baselines])
     assert split == pytest.approx(
         dict(
@@ -65,6 +67,7 @@ def test_the_split_charges_a_cold_start_and_only_the_wait_for_a_warm_one():
             compile=2.5,
             references=3.5 + 0.5,
             judge_wait=1.5,
+            lane_wait=4.0,  # the baselines' 7 s at their gate are part of their wall, counted once
             correctness=6.0 + 1.0,
             timing=5.0,
             baselines=12.0,

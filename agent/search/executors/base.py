@@ -98,20 +98,30 @@ class SharedExclusiveLock:
 
     @contextmanager
     def shared(self) -> Iterator[None]:
+        self.acquire_shared()
+        try:
+            yield
+        finally:
+            self.release_shared()
+
+    def acquire_shared(self, abandon: Optional[threading.Event] = None) -> bool:
+        """Hold it shared (True), or give up once `abandon` is set (False: nothing held)."""
         with self._cond:
             while (
                 self._writer
                 or self._writers_waiting
                 or (self.max_shared is not None and self._readers >= self.max_shared)
             ):
-                self._cond.wait()
+                if abandon is not None and abandon.is_set():
+                    return False
+                self._cond.wait(None if abandon is None else 0.05)
             self._readers += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._readers -= 1
-                self._cond.notify_all()
+            return True
+
+    def release_shared(self) -> None:
+        with self._cond:
+            self._readers -= 1
+            self._cond.notify_all()
 
     @contextmanager
     def exclusive(self) -> Iterator[None]:

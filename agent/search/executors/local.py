@@ -10,8 +10,9 @@ GPU LANES. Without MPS, a GPU time-slices between the processes' CUDA contexts, 
 synchronisation waits for its turn: on an H100, eight softmax checks sharing the device took 5-8
 times as long each as one alone, and half ran out of memory beside their siblings and ran again,
 one after another. So at most `lanes` checks hold the device at once (default `DEFAULT_GPU_LANES`,
-or $KSCOUT_GPU_LANES); the other threads wait with their warm workers ready. A lane's check still
-compiles its Triton kernels on the CPU while another lane's runs on the device.
+or $KSCOUT_GPU_LANES). Every check of a batch starts at once and compiles its Triton kernels on the
+CPU (one call per case, nothing judged); only then does it wait for a lane, and its battery runs
+inside one (`_Lane`).
 
 Cancelling (Ctrl-C) drops queued checks and kills the worker processes this executor started, so an
 interrupted search exits in seconds, not after its running evaluations time out.
@@ -48,6 +49,22 @@ def gpu_lanes(workers: int, lanes: Optional[int] = None) -> int:
     if lanes < 1:
         raise ValueError(f"a GPU needs at least one lane for checks (got {lanes})")
     return min(lanes, workers)
+
+
+class _Lane:
+    """A check's GPU lane, taken only once its worker has compiled the candidate's kernels (a gated
+    request, evaluation.isolation.lane_gate): Triton's compile is CPU work, and a check that compiled
+    inside its lane kept the device's turn idle for seconds (4.4-5.0 s of a layernorm check's 8 s on
+    an H100). The compiles of a batch now run side by side on the cores while `lanes` checks run."""
+
+    def __init__(self, lock: SharedExclusiveLock) -> None:
+        self._lock = lock
+
+    def acquire(self, abandon: threading.Event) -> bool:
+        return self._lock.acquire_shared(abandon)
+
+    def release(self) -> None:
+        self._lock.release_shared()
 
 
 def worker_children() -> list[int]:
@@ -140,18 +157,25 @@ class LocalExecutor(BatchExecutor):
 
     def _run_check(self, source: str, problem: ProblemInfo, alone: bool) -> EvalResult:
         self._open()
+        if self.device == "cuda" and not alone:  # compiles first, then waits for a lane (_Lane)
+            with self._job():
+                return self._evaluate_check(source, problem, lane=_Lane(self._device_lock))
         with self._job(), self._device_lock.exclusive() if alone else self._device_lock.shared():
-            self._open()
-            return self._ev.evaluate(
-                source,
-                problem,
-                device=self.device,
-                timeout_s=self.timeout_s,
-                trials=self.trials,
-                time_it=False,
-                **self.sandbox_kw,
-                **self._context(problem),
-            )
+            return self._evaluate_check(source, problem)
+
+    def _evaluate_check(self, source: str, problem: ProblemInfo, **lane: Any) -> EvalResult:
+        self._open()
+        return self._ev.evaluate(
+            source,
+            problem,
+            device=self.device,
+            timeout_s=self.timeout_s,
+            trials=self.trials,
+            time_it=False,
+            **self.sandbox_kw,
+            **self._context(problem),
+            **lane,
+        )
 
     def _check(self, source: str, problem: ProblemInfo, *, alone: bool) -> "Future[EvalResult]":
         return self._pool.submit(self._run_check, source, problem, alone)

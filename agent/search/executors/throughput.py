@@ -38,6 +38,7 @@ PHASES = (
     ("compile", "Triton compile and load"),
     ("references", "references (parent: inputs, fp64 outputs)"),
     ("judge_wait", "parent waiting to judge (slots, shared refs)"),
+    ("lane_wait", "checks compiled, waiting for a GPU lane"),
     ("correctness", "correctness calls and comparisons"),
     ("timing", "timing (prepare, samples)"),
     ("baselines", "baselines (eager, torch.compile)"),
@@ -114,6 +115,8 @@ def split(rows: list[dict[str, Any]]) -> dict[str, float]:
         waited = row.get("parent_wait_s") or 0.0  # rows from before the judge's own split: none
         out["references"] += row["parent_inputs_s"] + row["parent_judge_s"] - waited
         out["judge_wait"] += waited
+        if row["role"] == "correctness":  # a gated check at its barrier (a baseline's is in its wall)
+            out["lane_wait"] += row.get("gate_s") or 0.0
     return out
 
 
