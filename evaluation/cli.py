@@ -157,15 +157,18 @@ def register(app: typer.Typer) -> None:
         Exit codes: 0 the candidate passed, 1 it failed (a verdict, not an error), 2 bad input, 3 not
         judged (on the CPU, the interpreter ran out of --timeout while every judged output was right).
         """
+        overrides = parse_sets(sets)
+        source = read_candidate(candidate)
+        if phases_file is not None and not phases_file.parent.is_dir():  # said before minutes of evaluation
+            raise KscoutError(f"--phases: no folder {phases_file.parent} to write {phases_file.name} in")
+        from evaluation.pool import prestart
+
+        prestart(device, sandbox, 2)  # on `--device cuda`: the check's and the timing's workers warm up now
         from evaluation.approximations import annotate
         from evaluation.fingerprint import resolve_device
         from evaluation.harness import evaluate
         from evaluation.problem import load_problem
 
-        overrides = parse_sets(sets)
-        source = read_candidate(candidate)
-        if phases_file is not None and not phases_file.parent.is_dir():  # said before minutes of evaluation
-            raise KscoutError(f"--phases: no folder {phases_file.parent} to write {phases_file.name} in")
         dev = resolve_device(device)
         info = load_problem(problem, dev, overrides, timed=time_cases, dtypes=dtypes or None, tolerance=tolerance)
         from evaluation import phases

@@ -46,6 +46,7 @@ from evaluation.isolation import (
     last_progress,
     resolve_sandbox,
     run_worker,
+    scratch_root,
     scrub,
     wait_for_gates,
 )
@@ -73,7 +74,6 @@ from evaluation.timing import NOT_MEASURED_CPU, quantile, speedup
 if TYPE_CHECKING:
     from evaluation.context import SearchContext
 
-SHM = Path("/dev/shm")
 # Time the CPU with the host clock. Only tests set this: it runs the timing stage's checks (timed
 # outputs judged, baselines in their own process) through the interpreter; the numbers mean nothing.
 HOST_TIMING = False
@@ -85,23 +85,6 @@ BASELINE_TIMEOUT_S = 900.0
 # every sample, so even a cache-friendly kernel stays well under this.
 IMPLAUSIBLE_FACTOR = 3.0
 IMPLAUSIBLE_MIN_BYTES = 1 << 20
-
-
-def scratch_root() -> str | None:
-    """Where worker scratch directories go: $KSCOUT_SCRATCH, else /dev/shm when it is a writable tmpfs
-    with room (outputs and inputs of every correctness call cross it, up to GBs for LLM-sized cases),
-    else the system temp dir."""
-    import shutil
-
-    chosen = os.environ.get("KSCOUT_SCRATCH")
-    if chosen:
-        return chosen
-    try:
-        if SHM.is_dir() and os.access(SHM, os.W_OK) and shutil.disk_usage(SHM).free > (4 << 30):
-            return str(SHM)
-    except OSError:
-        pass
-    return None
 
 
 def _now() -> str:

@@ -48,6 +48,7 @@ from evaluation import protocol
 from evaluation.errors import KscoutError
 
 STDERR_TAIL_BYTES = 4096
+SHM = Path("/dev/shm")
 SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "COOKIE", "PRIVATE")
 SECRET_PREFIXES = (
     "AWS_",
@@ -170,6 +171,23 @@ def scrub(text: str, environ: dict[str, str] | None = None) -> str:
 
 
 # -- the sandbox --------------------------------------------------------------------------------
+
+
+def scratch_root() -> str | None:
+    """Where worker scratch directories go: $KSCOUT_SCRATCH, else /dev/shm when it is a writable tmpfs
+    with room (outputs and inputs of every correctness call cross it, up to GBs for LLM-sized cases),
+    else the system temp dir."""
+    import shutil
+
+    chosen = os.environ.get("KSCOUT_SCRATCH")
+    if chosen:
+        return chosen
+    try:
+        if SHM.is_dir() and os.access(SHM, os.W_OK) and shutil.disk_usage(SHM).free > (4 << 30):
+            return str(SHM)
+    except OSError:
+        pass
+    return None
 
 
 @dataclass(frozen=True)

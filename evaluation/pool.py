@@ -43,13 +43,14 @@ def _setting() -> str:
     return os.environ.get("KSCOUT_WARM_WORKERS", "auto").strip().lower()
 
 
-def warm_count(device: str) -> int:
-    """How many warm workers this process keeps for `device` by default (before `reserve`)."""
+def warm_count(device: str, *, ready: Optional[bool] = None) -> int:
+    """How many warm workers this process keeps for `device` by default (before `reserve`). `ready`:
+    whether the device is usable, if the caller knows (else CUDA is asked, which imports torch)."""
     value = _setting()
     if value in ("off", "0", "no", "false"):
         return 0
     if value == "auto":
-        return DEFAULT_GPU_WARM if device == "cuda" and _cuda_ready() else 0
+        return DEFAULT_GPU_WARM if device == "cuda" and (_cuda_ready() if ready is None else ready) else 0
     try:
         return max(0, min(MAX_WARM, int(value)))
     except ValueError as exc:
@@ -164,12 +165,13 @@ _POOLS: dict[tuple[str, str], WarmPool] = {}
 _POOLS_LOCK = threading.Lock()
 
 
-def pool(device: str, isolation: str, scratch_root: Optional[str] = None) -> WarmPool:
+def pool(device: str, isolation: str, scratch_root: Optional[str] = None, *, ready: Optional[bool] = None) -> WarmPool:
     """This process's pool for (device, isolation), created with the default size on first use."""
     with _POOLS_LOCK:
         found = _POOLS.get((device, isolation))
         if found is None:
-            found = _POOLS[(device, isolation)] = WarmPool(device, isolation, scratch_root, warm_count(device))
+            size = warm_count(device, ready=ready)
+            found = _POOLS[(device, isolation)] = WarmPool(device, isolation, scratch_root, size)
         return found
 
 
@@ -183,6 +185,35 @@ def reserve(device: str, isolation: str, count: int, scratch_root: Optional[str]
         p.size = max(p.size, min(MAX_WARM, count))
     p.fill()
     return p
+
+
+def prestart(device: str, sandbox: Optional[str], checks: int, baselines: int = 1) -> int:
+    """At the start of a command told `--device cuda`: the warm workers its first evaluations take
+    (`checks` sandboxed ones, for a batch's checks and its timing, and `baselines` for the reference),
+    started before the command's own set-up (importing torch, loading the problem, opening the store,
+    a new store's shipped docs), so that their imports and CUDA contexts overlap it. The flag is
+    trusted rather than torch imported to confirm it: a device that cannot warm up ends its workers,
+    and the evaluation then says why. Returns the workers started (0: warm workers are off, another
+    device, or no sandbox where one is required, which the evaluation reports)."""
+    if device != "cuda" or checks < 1 or warm_count(device, ready=True) == 0:
+        return 0
+    from evaluation.isolation import resolve_sandbox, scratch_root
+
+    try:
+        isolation = resolve_sandbox(sandbox, device)
+    except Exception:
+        return 0
+    started = 0
+    for iso, count in ((isolation, checks), ("none", baselines)):
+        if count < 1:
+            continue
+        p = pool(device, iso, scratch_root(), ready=True)
+        with p.lock:
+            p.size = max(p.size, min(MAX_WARM, count))
+            before = p.spawned
+        p.fill()
+        started += p.spawned - before
+    return started
 
 
 def take(device: str, isolation: str, scratch_root: Optional[str] = None) -> Optional[WorkerProcess]:

@@ -395,3 +395,22 @@ def test_references_prefetched_in_order_answer_the_first_judgements_without_comp
     assert order == [] and refs.reused == len(work)  # no reference computed twice
     refs.prefetch(work, background=False)
     assert refs.prefetched == len(work)  # once per search
+
+
+def test_prestart_warms_a_gpu_commands_workers_without_importing_torch_and_only_when_asked(monkeypatch):
+    """`kscout eval`/`optimize --device cuda` start their first workers before their own set-up; on a
+    CPU, with warm workers off or another device, nothing starts. (Here the CUDA workers cannot warm
+    up: they end, and the pool discards them, as it would for any device that fails.)"""
+    pool.close_all()
+    try:
+        assert pool.prestart("cpu", "off", 2) == 0 and pool.prestart("auto", "off", 2) == 0
+        monkeypatch.setenv("KSCOUT_WARM_WORKERS", "off")
+        assert pool.prestart("cuda", "off", 2) == 0
+        monkeypatch.setenv("KSCOUT_WARM_WORKERS", "auto")
+        monkeypatch.setattr(pool, "_cuda_ready", lambda: pytest.fail("prestart must trust the flag, not ask torch"))
+        # without a sandbox the checks' workers and the baselines' (never sandboxed) share one pool
+        assert pool.prestart("cuda", "off", 9) == 9
+        assert pool.pool("cuda", "none").size == 9 and pool.pool("cuda", "none").spawned == 9
+        assert pool.prestart("cuda", "off", 9) == 0  # kept already: nothing more starts
+    finally:
+        pool.close_all()

@@ -254,6 +254,10 @@ def optimize(
         ray_resource=ray_resource,
         sandbox=sandbox,
     ).check()
+    if executor == "local":  # the first batch's workers warm up while the store opens (evaluation/pool.py)
+        from evaluation.pool import prestart
+
+        prestart(device, sandbox, workers + 1)
     run_id = _run_session(store, lambda st, view: start(config, st, on_event=view, ray_address=ray_address))
     _exit(_finish(store, run_id, as_json, out))
 
