@@ -156,13 +156,18 @@ def test_inputs_drawn_in_parallel_threads_match_serial_draws():
 
 
 def test_scratch_goes_to_kscout_scratch_then_to_a_roomy_dev_shm(monkeypatch, tmp_path):
-    from evaluation import harness
+    from evaluation import harness, isolation
 
     monkeypatch.setenv("KSCOUT_SCRATCH", str(tmp_path))
     assert harness.scratch_root() == str(tmp_path)
     monkeypatch.delenv("KSCOUT_SCRATCH")
-    monkeypatch.setattr(harness, "SHM", tmp_path / "missing")
+    monkeypatch.setattr(isolation, "SHM", tmp_path / "missing")
     assert harness.scratch_root() is None
+    monkeypatch.setattr(isolation, "SHM", tmp_path)  # a writable folder with room (4 GiB at least)
+    import shutil
+
+    roomy = shutil.disk_usage(tmp_path).free > (4 << 30)
+    assert harness.scratch_root() == (str(tmp_path) if roomy else None)
 
 
 def test_a_draw_that_does_not_fit_waits_for_the_workers_peaks_then_gives_up(monkeypatch):
