@@ -262,10 +262,10 @@ def op_with_relatives(op: str) -> tuple[str, ...]:
     return (op,) + OP_RELATIVES.get(op, ())
 
 
-def schedule_kinds(text: str) -> frozenset[str]:
-    """Schedule kinds a passage is about: those of the op families it names, and those it names
-    outright ("row-wise kernels", "MFMA")."""
-    kinds = {OP_SCHEDULE[o] for o in canonical_ops(text) if o in OP_SCHEDULE}
+def schedule_kinds(text: str, ops: Optional[Iterable[str]] = None) -> frozenset[str]:
+    """Schedule kinds a passage is about: those of the op families it names (`ops`, when the caller has
+    read them from `text` already), and those it names outright ("row-wise kernels", "MFMA")."""
+    kinds = {OP_SCHEDULE[o] for o in (canonical_ops(text) if ops is None else ops) if o in OP_SCHEDULE}
     kinds.update(_scan(text, _SCHEDULES))
     return frozenset(kinds)
 

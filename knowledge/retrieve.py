@@ -12,11 +12,15 @@ Documents:
    share of the passage's own section heading that the question says ("which macros were removed"
    and "Removed macros"). The first chunk of either ranking is among the k returned, unless its
    document is shown already by passages that score above it.
-4. Facets, per passage: a passage is about the asked device when its document's tags or its heading
-   path name it, and mentions it when only its text does; likewise for the asked op, where the op's
-   schedule kind also counts ("Row-wise kernels" answers a layernorm question). When a question names
-   an op and a device, every passage that matches both (with relevance of at least `FACET_FLOOR`)
-   comes before every passage that matches one, "about" before "mentions" (`ABOUT_BONUS`). Otherwise
+4. Facets, per passage (knowledge.facets): a passage is about the asked device when its document's tags
+   or its heading path name it, and mentions it when only its section's text does (a section split into
+   chunks mentions in each what any of them says); likewise for the asked op, where the op's schedule
+   kind also counts ("Row-wise kernels" answers a layernorm question), and where tags on nearly every
+   op family make a page about none. A question naming devices of several architectures ("an Ampere
+   and a Hopper GPU") is answered by a passage only as far as it covers the one it covers least. When a
+   question names an op and a device, every passage that matches both (with relevance of at least
+   `FACET_FLOOR`) comes before every passage that matches one, "about" before "mentions"
+   (`ABOUT_BONUS`), and within one section the chunk that says the facets itself leads. Otherwise
    a small boost for the device or op breaks near-ties only (at most `MAX_BOOST`). A question that
    names a library of the corpus (knowledge.collections: "in CUB", "composable kernel") is about that
    library: its passages (relevance of at least `FACET_FLOOR`) come first, and the device and op lifts
@@ -51,18 +55,16 @@ import numpy as np
 from knowledge.aliases import (
     DEVICE_ARCH,
     DEVICE_VENDOR,
-    OP_SCHEDULE,
     canonical_devices,
-    canonical_ops,
     model_ops,
     normalize_op,
     op_with_relatives,
     parse_query,
-    schedule_kinds,
     vendor_of_arch,
 )
 from knowledge.bm25 import tokenize
 from knowledge.errors import RetrievalError
+from knowledge.facets import ABOUT, PassageFacets, passage_facets
 from knowledge.index import Corpus, corpus_for, search_vectors
 from knowledge.intent import Intent, asks_about_housekeeping, classify
 from knowledge.records import AskResult, DocumentHit, FailureHit, OutcomeHit, Provenance, QueryFacets
@@ -222,26 +224,49 @@ def rank_chunks(
     else:
         relevance = _scaled(bm_scores[rows])
     relevance = relevance + HEADING_WEIGHT * _heading_cover(corpus, query, rows)
-    facets_of = _passage_facets(corpus, facets, rows, dev_match, op_match)
+    facets_of = passage_facets(corpus, facets, rows, dev_match, op_match)
     # A question that names a library (knowledge.collections) is about its documents: the facet lifts
     # go to passages inside the named collections only, which also get COLLECTION_BOOST among themselves.
     inside = _named_collection_docs(corpus, query)
     boost = np.zeros(rows.size, dtype=np.float64)
-    for i, (dev, op) in enumerate(facets_of):
+    lifted = np.zeros(rows.size, dtype=bool)
+    for i, (dev, op, _) in enumerate(facets_of):
         if inside is not None:
             if corpus.chunks[int(rows[i])].document_id not in inside:
                 continue
             boost[i] = COLLECTION_LIFT if relevance[i] >= FACET_FLOOR else COLLECTION_BOOST
         boost[i] += DEVICE_BOOST * (dev > 0) + OP_BOOST * (op > 0)
         if facets.devices and facets.ops and dev and op and relevance[i] >= FACET_FLOOR:
-            boost[i] += BOTH_LIFT + ABOUT_BONUS * ((dev == 2) + (op == 2))
-    score = relevance + boost
+            boost[i] += BOTH_LIFT + ABOUT_BONUS * ((dev == ABOUT) + (op == ABOUT))
+            lifted[i] = True
+    score = _mentions_lead_their_section(corpus, rows, relevance + boost, [f.own for f in facets_of], lifted)
     order = np.argsort(-score, kind="stable")
     ranked = [(float(score[i]), int(rows[i])) for i in order]
     leaders = {r for r in (vec[0][0] if vec else None, bm[0][0] if bm else None) if r is not None}
     chosen = _select(corpus, ranked, k, max_per_document, leaders)
     matched = {int(r): f for r, f in zip(rows, facets_of)}
     return [_hit(corpus, row, s, vec_rank.get(row), bm_rank.get(row), matched[row], query) for s, row in chosen]
+
+
+def _mentions_lead_their_section(
+    corpus: Corpus, rows: np.ndarray, score: np.ndarray, own: Sequence[int], lifted: np.ndarray
+) -> np.ndarray:
+    """Among the lifted chunks of one section, those whose own text says more of the asked device and op
+    take the section's best scores, in the same places ("Run examples and tests" lifted for naming
+    gfx90a and GEMM leads with its chunk that names gfx90a, not with a sibling that only inherits it).
+    The section earned the lift (knowledge.facets); the chunk that says it is what the reader needs."""
+    by_section: dict[tuple[str, tuple[str, ...]], list[int]] = {}
+    for i in np.flatnonzero(lifted).tolist():
+        chunk = corpus.chunks[int(rows[i])]
+        by_section.setdefault((chunk.document_id, tuple(chunk.heading_path)), []).append(i)
+    out = score.copy()
+    for members in by_section.values():
+        if len({own[i] for i in members}) < 2:
+            continue
+        places = sorted((float(score[i]) for i in members), reverse=True)
+        for i, place in zip(sorted(members, key=lambda i: (-own[i], -score[i])), places):
+            out[i] = place
+    return out
 
 
 def _heading_cover(corpus: Corpus, query: str, rows: np.ndarray) -> np.ndarray:
@@ -287,48 +312,6 @@ def _named_collection_docs(corpus: Corpus, query: str) -> Optional[set[str]]:
     if not names:
         return None
     return {d for name in names for d in corpus.collections[name]}
-
-
-def _passage_facets(
-    corpus: Corpus, facets: QueryFacets, rows: np.ndarray, dev_match: set[str], op_match: set[str]
-) -> list[tuple[int, int]]:
-    """How much each row is about the asked device and the asked op: 2 where its document's tags or
-    its heading path name it (the passage is about it), 1 where only its text mentions it (or, for the
-    op, where the heading or text names only the op's schedule kind: "Row-wise kernels" for a
-    layernorm question), 0 where neither does."""
-    asked_devices = {d.upper() for d in facets.devices}
-    asked_ops = {r for o in facets.ops for r in op_with_relatives(o)}
-    asked_kinds = {OP_SCHEDULE[o] for o in asked_ops if o in OP_SCHEDULE}
-    cache: dict[int, tuple] = corpus.__dict__.setdefault("_passage_facets", {})
-    out: list[tuple[int, int]] = []
-    for r in rows:
-        chunk = corpus.chunks[int(r)]
-        if not (asked_devices or asked_ops):
-            out.append((int(chunk.document_id in dev_match), 2 * (chunk.document_id in op_match)))
-            continue
-        named = cache.get(int(r))
-        if named is None:
-            named = tuple(_named(corpus, part) for part in (" > ".join(chunk.heading_path), chunk.text))
-            cache[int(r)] = named
-        (h_dev, h_ops, h_kinds), (t_dev, t_ops, t_kinds) = named
-        if chunk.document_id in dev_match or h_dev & asked_devices:
-            dev = 2
-        else:
-            dev = 1 if t_dev & asked_devices else 0
-        if chunk.document_id in op_match or h_ops & asked_ops or h_kinds & asked_kinds:
-            op = 2
-        else:
-            op = 1 if (t_ops & asked_ops or t_kinds & asked_kinds) else 0
-        out.append((dev, op))
-    return out
-
-
-def _named(corpus: Corpus, text: str) -> tuple[frozenset, frozenset, frozenset]:
-    return (
-        frozenset(d.upper() for d in canonical_devices(text, corpus.extra_device_names)),
-        frozenset(canonical_ops(text)),
-        schedule_kinds(text),
-    )
 
 
 def _select(
@@ -486,7 +469,7 @@ def location(doc: Document, chunk: Chunk) -> str:
     return f"{base}#{chunk.anchor}"
 
 
-def _hit(corpus: Corpus, row: int, score: float, vrank, brank, matched: tuple[int, int], query: str) -> DocumentHit:
+def _hit(corpus: Corpus, row: int, score: float, vrank, brank, matched: PassageFacets, query: str) -> DocumentHit:
     chunk = corpus.chunks[row]
     doc = corpus.documents[chunk.document_id]
     measurements = None
@@ -509,8 +492,8 @@ def _hit(corpus: Corpus, row: int, score: float, vrank, brank, matched: tuple[in
         score=score,
         vector_rank=vrank,
         bm25_rank=brank,
-        matched_device=matched[0] > 0,
-        matched_op=matched[1] > 0,
+        matched_device=matched.device > 0,
+        matched_op=matched.op > 0,
         excerpt=excerpt(chunk.text, query, corpus.bm25.term_idf),
         location=location(doc, chunk),
         origin=doc.origin,
