@@ -7,7 +7,8 @@ The file is a candidate like any other (the evaluator judges it against the mode
 - each winning candidate's source, every top-level name prefixed `_r{k}_` so kernels do not collide;
 - each region's reference path (`_r{k}_reference`), the region's aten ops as extracted;
 - ModelNew: the model's own __init__ (so the evaluator binds the model's weights to it), and a forward
-  that reads parameters, calls each region in order and returns the graph's outputs.
+  that reads parameters and tensor attributes, calls each region in order, writes back the attributes
+  the model's forward changes (agent/proposers/lowering/state.py) and returns the graph's outputs.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import torch
 from agent.model import extract
 from agent.model.graph import Meta, Traced
 from agent.model.partition import Region
-from agent.proposers.lowering.capture import attr_expr
+from agent.proposers.lowering.capture import attr_assign, attr_expr
 
 
 @dataclass(frozen=True)
@@ -143,15 +144,21 @@ def _forward(traced: Traced, regions: list[Region], free: set, winners: dict[str
     ph_nodes = [n for n in graph.nodes if n.op == "placeholder"]
     names: dict = {}
     lines = []
+    home = next((ph.name for ph in cap.placeholders if ph.kind == "input"), None)
     for i, (node, ph) in enumerate(zip(ph_nodes, cap.placeholders)):
         if ph.kind == "param":
             names[node] = f"p{i}"
             lines.append(f"p{i} = {attr_expr('self', ph.name)}")
+            home = home or f"p{i}"
         elif ph.kind == "scalar":
             names[node] = f"x{i}"
             lines.append(f"x{i} = torch.as_tensor({ph.name})")
         elif ph.kind == "input":
             names[node] = ph.name
+    for i, (node, ph) in enumerate(zip(ph_nodes, cap.placeholders)):
+        if ph.kind == "attr" and node.users:  # read at every call, where the first input is (lowering/state.py)
+            names[node] = f"s{i}"
+            lines.append(f"s{i} = {attr_expr('self', ph.name)}{f'.to({home}.device)' if home else ''}")
     for r in regions:
         args = ", ".join(names[a] for a in r.inputs)
         call = (
@@ -168,6 +175,11 @@ def _forward(traced: Traced, regions: list[Region], free: set, winners: dict[str
     outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
     lines += _glue(outs, names, meta, free)
     ret = [extract._fmt(o, names, meta) for o in outs]
+    ret, written = ret[: cap.n_outputs], ret[cap.n_outputs :]
+    for w, value in zip(cap.writes, written):  # the model's own state changes, as its forward makes them
+        lines.append(
+            attr_assign("self", w.name, value) if w.how == "assign" else f"{attr_expr('self', w.name)}.copy_({value})"
+        )
     lines.append(f"return ({', '.join(ret)},)" if cap.tuple_output else f"return {ret[0]}")
     signature = ", ".join(["self", *cap.input_names])
     return f"    def forward({signature}):\n" + "".join(f"        {x}\n" for x in lines)

@@ -1,10 +1,10 @@
 """The model's forward as the lowering captures it, and that graph run on real tensors.
 
 The capture is the lowering's own (agent.proposers.lowering.capture): one aten graph with symbolic
-sizes, convolutions and pooling as kscout:: ops. Running it on the real model's parameters and inputs
-(an fx Interpreter that maps the kscout:: ops back to torch.nn.functional) gives every node's real
-shape, dtype and value range, which is what a region's problem file declares, and it is the program
-whose regions the profiler times.
+sizes, convolutions and pooling as kscout:: ops. Running it on the real model's parameters, tensor
+attributes and inputs (an fx Interpreter that maps the kscout:: ops back to torch.nn.functional) gives
+every node's real shape, dtype and value range, which is what a region's problem file declares, and it
+is the program whose regions the profiler times.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import torch.nn.functional as F
 
 from agent.model import ModelError
 from agent.proposers.lowering.capture import CARRIER_OFFSET, Captured
+from agent.proposers.lowering.state import attribute
 
 aten = torch.ops.aten
 
@@ -179,6 +180,10 @@ def trace(source: str, path: str, device: str = "cpu", seed: int = 0) -> Traced:
     for ph in captured.placeholders:
         if ph.kind == "param":
             args.append(state[ph.name])
+        elif ph.kind == "attr":
+            # a plain tensor attribute, on the run's device as the reference moves it; a copy, since the
+            # profiled forwards of the real model may write into it (state.py)
+            args.append(attribute(model, ph.name).detach().to(device).clone())
         elif ph.kind == "carrier":
             value = eval(ph.name, {"getattr": getattr}, {"self": model})  # an attribute path of attr_expr
             args.append(torch.empty(int(value) + CARRIER_OFFSET, device=device))

@@ -165,9 +165,10 @@ def _order(graph):
 
 
 def param_placeholders(captured) -> set:
-    """The placeholder nodes of the model's parameters and buffers (and of carriers, which are settings)."""
+    """The placeholder nodes of the model's parameters, buffers and plain tensor attributes (the model's
+    state: work on it alone is glue) and of carriers, which are settings."""
     nodes = [n for n in captured.gm.graph.nodes if n.op == "placeholder"]
-    return {n for n, ph in zip(nodes, captured.placeholders) if ph.kind in ("param", "carrier")}
+    return {n for n, ph in zip(nodes, captured.placeholders) if ph.kind in ("param", "attr", "carrier")}
 
 
 def describe(region: Region, meta: dict) -> str:

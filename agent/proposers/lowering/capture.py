@@ -13,6 +13,10 @@ custom op whose shape function is symbolic (aten's pooling meta functions specia
 
 A Python number among the forward's inputs is traced as a 0-d tensor and passed to the kernels as a
 scalar argument, so a candidate does not bake in the value `get_inputs` happened to return.
+
+A plain tensor attribute (`self.hidden = torch.randn(...)` in `__init__`, neither parameter nor buffer)
+is a placeholder too: the candidate reads it from its own module at run time, and an attribute the
+forward rebinds, writes into or creates is written back after the call (state.py).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import ast
 import contextlib
 import functools
 import inspect
+import operator
 import textwrap
 import threading
 import time
@@ -256,7 +261,7 @@ def _int_constants(tree: ast.Module) -> dict[str, int]:
 
 @dataclass(frozen=True)
 class Placeholder:
-    kind: str  # "param" | "carrier" | "input" | "scalar"
+    kind: str  # "param" | "carrier" | "input" | "scalar" | "attr" (a plain tensor attribute: state.py)
     name: str  # dotted state name, input name, or the attribute expression of a carrier ("self.pool.kernel_size[0]")
     dtype: Optional[torch.dtype] = None  # None for carriers
 
@@ -265,12 +270,13 @@ class Placeholder:
 class Captured:
     gm: Any  # torch.fx.GraphModule
     placeholders: list[Placeholder]
-    n_outputs: int
+    n_outputs: int  # the forward's own outputs; the graph's outputs after them are the state writes
     tuple_output: bool
     shape_env: Any
     input_names: list[str]
     init: InitSource
     hints: dict = field(default_factory=dict)  # symbol -> value at the shipped sizes
+    writes: tuple = ()  # state.StateWrite per trailing graph output: attributes the forward changed
 
 
 _CONVS = {torch.nn.Conv1d: 1, torch.nn.Conv2d: 2, torch.nn.Conv3d: 3}
@@ -296,6 +302,17 @@ def attr_expr(base: str, dotted: str) -> str:
     for part in (p for p in dotted.split(".") if p):
         expr = f"{expr}.{part}" if part.isidentifier() and not keyword.iskeyword(part) else f"getattr({expr}, {part!r})"
     return expr
+
+
+def attr_assign(base: str, dotted: str, value: str) -> str:
+    """A Python statement that sets the attribute path `dotted` of `base` to `value`."""
+    import keyword
+
+    owner, _, attr = dotted.rpartition(".")
+    target = attr_expr(base, owner)
+    if attr.isidentifier() and not keyword.iskeyword(attr):
+        return f"{target}.{attr} = {value}"
+    return f"setattr({target}, {attr!r}, {value})"
 
 
 def _tuple(v, n):
@@ -663,6 +680,58 @@ def _out_of_place(gm) -> None:
     gm.recompile()
 
 
+def _may_alias(node) -> bool:
+    """Whether the node's result may share memory with another tensor of the graph (a view: slice,
+    select, view, a piece of split...). Unknown targets count as views."""
+    if node.op == "placeholder":
+        return False
+    if node.op != "call_function" or node.target is operator.getitem:
+        return True
+    schema = getattr(node.target, "_schema", None)
+    return schema is None or any(r.alias_info is not None for r in schema.returns)
+
+
+def _whole_copies(gm, fake_mode) -> None:
+    """Rewrite `aten.copy(dst, src)` (what `dst.copy_(src)` became in `_out_of_place`) whose destination
+    is a whole tensor that no view shares as `src`, cast to dst's dtype and broadcast to dst's shape: ops
+    the lowering has. A copy into a view (a slice assignment, `x[:, :c] = y`) or into a tensor that a view
+    shares stays, and stays unlowered: its write would have to reach the other tensor, which needs
+    functionalization."""
+    aten = torch.ops.aten
+    graph = gm.graph
+    changed = False
+    for node in list(graph.nodes):
+        if node.target is not aten.copy.default or not all(isinstance(a, torch.fx.Node) for a in node.args[:2]):
+            continue
+        dst, src = node.args[0], node.args[1]
+        dval, sval = dst.meta.get("val"), src.meta.get("val")
+        if not (isinstance(dval, torch.Tensor) and isinstance(sval, torch.Tensor)):
+            continue
+        if _may_alias(dst) or any(u is not node and _may_alias(u) for u in dst.users):
+            continue
+        with graph.inserting_before(node), fake_mode:
+            value = src
+            if sval.dtype != dval.dtype:
+                value = graph.call_function(aten._to_copy.default, (src,), {"dtype": dval.dtype})
+                sval = value.meta["val"] = sval.to(dval.dtype)
+            sizes: list = []
+            for i, s in enumerate(dval.shape):
+                if isinstance(s, torch.SymInt):
+                    size = graph.call_function(aten.sym_size.int, (dst, i))
+                    size.meta["val"] = s
+                    sizes.append(size)
+                else:
+                    sizes.append(s)
+            out = graph.call_function(aten.expand.default, (value, sizes))
+            out.meta["val"] = sval.expand(dval.shape)
+        node.replace_all_uses_with(out)
+        graph.erase_node(node)
+        changed = True
+    if changed:
+        graph.lint()
+        gm.recompile()
+
+
 # ---------------------------------------------------------------- torch.fx's class patches, per thread
 #
 # torch.fx's Tracer.trace (run by make_fx here, and by torch.fx.symbolic_trace in the family matcher of
@@ -844,6 +913,7 @@ def _capture(source: str, path: str) -> Captured:
     from torch.fx.experimental.proxy_tensor import make_fx
     from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
 
+    from agent.proposers.lowering.state import TensorAttributes, split_writes
     from evaluation.problem import exec_problem_source, init_inputs
 
     _pool_library()
@@ -897,29 +967,53 @@ def _capture(source: str, path: str) -> Captured:
             raise LoweringError(
                 f"{name}: input {iname!r} is a {type(x).__name__}; only tensors and numbers are lowered"
             )
-    n_state, n_carriers = len(state), len(carriers.tensors)
+    attrs = TensorAttributes(model)
+    for aname, t in zip(attrs.names, attrs.values):
+        placeholders.append(Placeholder(kind="attr", name=aname, dtype=t.dtype))
+        flat.append(fake(t))
+    n_state, n_carriers, n_inputs = len(state), len(carriers.tensors), len(placeholders) - len(attrs.names)
     keys = list(state)
     current: dict = {}
 
     def forward(*args):
         params = dict(zip(keys, args[:n_state]))
         current["carriers"] = args[n_state : n_state + n_carriers]
-        out = torch.func.functional_call(model, params, tuple(args[n_state + n_carriers :]))
+        attr_values = args[n_inputs:]
+        attrs.install(attr_values)
+        out = torch.func.functional_call(model, params, tuple(args[n_state + n_carriers : n_inputs]))
         current["tuple"] = isinstance(out, (tuple, list))
-        return out
+        current["after"] = attrs.after_forward(attr_values)
+        if not current["after"]:
+            return out
+        # every attribute's value after the call, as trailing outputs: state.split_writes keeps the changed ones
+        return (*(out if isinstance(out, (tuple, list)) else (out,)), *(now for _, now, _ in current["after"]))
 
     try:
         with _patched(model, patched, lambda: current["carriers"]):
             gm = make_fx(forward, decomposition_table=decompositions(), tracing_mode="fake")(*flat)
         _out_of_place(gm)
+        _whole_copies(gm, fake_mode)
     except LoweringError:
         raise
     except Exception as exc:
         text = " ".join(str(exc).split())[:300]
+        if "convert all Tensors to FakeTensors" in text:
+            raise LoweringError(
+                f"{name}: forward reads a tensor that is none of an input, a parameter, a buffer or a plain tensor "
+                f"attribute of a module (a tensor in a list, a dict or a global is not lifted): {text}"
+            ) from exc
         raise LoweringError(f"{name}: cannot trace the forward to aten ops: {type(exc).__name__}: {text}") from exc
+    finally:
+        attrs.restore()
     outputs = next(n for n in gm.graph.nodes if n.op == "output").args[0]
     tuple_output = bool(current.get("tuple"))
     n_out = len(outputs) if isinstance(outputs, (tuple, list)) else 1
+    writes: tuple = ()
+    if current["after"]:
+        n_out -= len(current["after"])
+        attr_nodes = [n for n in gm.graph.nodes if n.op == "placeholder"][n_inputs:]
+        by_slot = [attr_nodes[i] for _, _, i, _ in attrs.slots]
+        writes = split_writes(gm, n_out, tuple_output, current["after"], by_slot)
     values = getattr(env, "backed_var_to_val", None) or env.var_to_val
     hints = {s: int(v) for s, v in values.items()}
     return Captured(
@@ -931,4 +1025,5 @@ def _capture(source: str, path: str) -> Captured:
         input_names=input_names,
         init=init,
         hints=hints,
+        writes=writes,
     )

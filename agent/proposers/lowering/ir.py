@@ -221,7 +221,7 @@ def reindex(e: E, mapping: dict) -> E:
 
 @dataclass
 class Buffer:
-    """Memory: an input, a parameter, a scalar argument, or a tensor a task writes.
+    """Memory: an input, a parameter, a plain tensor attribute, a scalar argument, or a tensor a task writes.
 
     `storage` is a torch dtype name, or "float" for the case's floating dtype (what the reference's
     floating outputs and parameters are at run time: float32, bfloat16, ...).
@@ -230,8 +230,8 @@ class Buffer:
     name: str
     shape: tuple
     storage: str
-    kind: str  # "input" | "param" | "scalar" | "temp" | "output"
-    source: str = ""  # for inputs and params: the Python expression the wrapper reads it from
+    kind: str  # "input" | "param" | "attr" | "scalar" | "temp" | "output"
+    source: str = ""  # for inputs, params and attrs: the Python expression the wrapper reads it from
 
     @property
     def compute(self) -> str:

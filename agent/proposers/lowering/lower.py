@@ -57,11 +57,13 @@ class Lowerer:
             return e
         return sym(s)
 
-    def _bind_dims(self, source: str, fake) -> tuple:
+    def _bind_dims(self, source: str, fake, check_bound: bool = False) -> tuple:
+        """`check_bound`: a size already bound from another tensor is checked against it (module state,
+        which a forward may have rebound since, must still fit the inputs it is computed with)."""
         shape = []
         for i, s in enumerate(fake.shape):
             e = self.expr(s)
-            if isinstance(e, sympy.Symbol):
+            if isinstance(e, sympy.Symbol) and not (check_bound and e in self.program.bindings):
                 self.program.bindings.setdefault(e, f"{source}.shape[{i}]")
             else:
                 self.program.checks.append((f"{source}.shape[{i}]", e, source))
@@ -80,6 +82,7 @@ class Lowerer:
         p = self.program
         p.derived = {}
         p.tuple_output = self.c.tuple_output
+        p.writes = [(w.name, w.how) for w in self.c.writes]
         graph = self.c.gm.graph
         ph_nodes = [n for n in graph.nodes if n.op == "placeholder"]
         if len(ph_nodes) != len(self.c.placeholders):
@@ -103,6 +106,16 @@ class Lowerer:
                 source = attr_expr("self", ph.name)
                 storage = "float" if ph.dtype.is_floating_point else _storage_name(ph.dtype)
                 buf = p.new_buffer(self._bind_dims(source, fake), storage, kind="param", source=source, prefix="p_")
+            elif ph.kind == "attr":
+                if not node.users:  # an attribute the forward never reads is not read (nor moved) at all
+                    self.values[node] = None
+                    continue
+                # its exact dtype: casting the model to the case's dtype leaves a plain tensor attribute as it is
+                source = attr_expr("self", ph.name)
+                storage = _storage_name(ph.dtype)
+                buf = p.new_buffer(
+                    self._bind_dims(source, fake, check_bound=True), storage, kind="attr", source=source, prefix="a_"
+                )
             else:
                 storage = "float" if ph.dtype.is_floating_point else _storage_name(ph.dtype)
                 buf = p.new_buffer(self._bind_dims(ph.name, fake), storage, kind="input", source=ph.name, prefix="in_")

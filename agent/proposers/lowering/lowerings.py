@@ -83,6 +83,7 @@ class Program:
         self.inputs: list[str] = []  # forward's input names, in order
         self.outputs: list[tuple[str, tuple]] = []  # (buffer name, shape to view it as)
         self.tuple_output = False
+        self.writes: list[tuple[str, str]] = []  # (attribute, "assign" | "copy") per trailing output: state.py
         self.derived: dict = {}  # wrapper-computed scalar name -> sympy expression
         self._n = 0
 

@@ -5,7 +5,8 @@ whose kernel cannot be written fused) and `render()` writes the module: the refe
 `__init__`, one kernel per group from its schedule kind's template, and the forward. The forward binds
 every size symbol from the tensors it gets, checks the sizes the trace fixed, allocates the buffers
 (outputs in the case's float dtype, intermediates in float32) and launches the kernels in order;
-between launches it does nothing but allocate and view.
+between launches it does nothing but allocate and view. It reads the module's plain tensor attributes
+at every call and, after the launches, writes back those the reference's forward changes (state.py).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Optional
 import sympy
 
 from agent.proposers.lowering import codegen, ir, space
-from agent.proposers.lowering.capture import InitSource
+from agent.proposers.lowering.capture import InitSource, attr_assign, attr_expr
 from agent.proposers.lowering.codegen import FusionError, _Kernel
 from agent.proposers.lowering.lowerings import Program
 from agent.proposers.lowering.printer import sympy_text
@@ -187,18 +188,23 @@ def _wrapper(program: Program, groups: list[Group], kernels: list, knobs: list[d
     bufs = program.buffers
     floating = None
     first = None
+    # a plain tensor attribute goes where the forward's first input is (state.py), else the first parameter
+    home = next((b.name for b in bufs.values() if b.kind == "input"), None)
+    home = home or next((b.name for b in bufs.values() if b.kind == "param"), None)
     for b in bufs.values():
         if b.kind in ("input", "param"):
-            src = b.source if b.kind == "input" else b.source
-            lines.append(f"{b.name} = {src}.contiguous()")
+            lines.append(f"{b.name} = {b.source}.contiguous()")
             if first is None:
                 first = b.name
             if floating is None and b.storage == "float":
                 floating = b.name
         elif b.kind == "scalar":
             lines.append(f"{b.name} = {'float' if b.storage.startswith('float') else 'int'}({b.source})")
+    for b in bufs.values():
+        if b.kind == "attr":  # read at every call from this module: never a constant of the source
+            lines.append(f"{b.name} = {b.source}{f'.to({home}.device)' if home else ''}.contiguous()")
     bound = []
-    sources = {b.source: b.name for b in bufs.values() if b.kind in ("input", "param")}
+    sources = {b.source: b.name for b in bufs.values() if b.kind in ("input", "param", "attr")}
     for symbol, expr in program.bindings.items():
         for src, name in sources.items():
             if expr.startswith(src + ".shape["):
@@ -212,6 +218,13 @@ def _wrapper(program: Program, groups: list[Group], kernels: list, knobs: list[d
                 expr = name + expr[len(src) :]
                 break
         lines.append(f"if {expr} != {py(expected)}:")
+        if getattr(expected, "is_Symbol", False):  # module state against the size the inputs bound
+            size = py(expected)
+            head = f"{what} must have the size {size} = "
+            lines.append(
+                f"    raise ValueError({head!r} + str({size}) + ' of the tensors it meets; got ' + str({expr}))"
+            )
+            continue
         lines.append(
             f"    raise ValueError({('this candidate was generated for ' + what + ' with a size fixed at ' + py(expected) + ' by the trace; got ').__repr__()} + str({expr}))"
         )
@@ -244,6 +257,11 @@ def _wrapper(program: Program, groups: list[Group], kernels: list, knobs: list[d
             rets.append(name)
         else:
             rets.append(f"{name}.view(({''.join(py(s) + ', ' for s in shape)}))")
+    if program.writes:  # the forward's changes to its module's tensor attributes, as the reference makes them
+        rets, written = rets[: len(rets) - len(program.writes)], rets[len(rets) - len(program.writes) :]
+        for (attr, how), value in zip(program.writes, written):
+            target = attr_expr("self", attr)
+            lines.append(attr_assign("self", attr, value) if how == "assign" else f"{target}.copy_({value})")
     if program.tuple_output or len(rets) > 1:
         lines.append(f"return ({', '.join(rets)},)")
     else:
