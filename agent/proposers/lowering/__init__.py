@@ -1,6 +1,7 @@
 """Lowering: any traced reference to all-Triton candidates, the way a compiler's scheduler works.
 
-    capture (capture.py)      the forward as an aten graph with symbolic sizes (make_fx, fake tensors)
+    capture (capture.py)      the forward as an aten graph with symbolic sizes (make_fx, fake tensors;
+                              functionalized where a write goes into a view)
     lower (lower.py)          each aten op to index functions and tasks (lowerings.py), sizes in sympy
     schedule (schedule.py)    tasks into fusion groups, each with a schedule kind
     render (render.py)        one kernel per group from its kind's jinja2 template (codegen.py, printer.py)

@@ -14,6 +14,14 @@ custom op whose shape function is symbolic (aten's pooling meta functions specia
 A Python number among the forward's inputs is traced as a 0-d tensor and passed to the kernels as a
 scalar argument, so a candidate does not bake in the value `get_inputs` happened to return.
 
+In-place ops become out-of-place ones whose result later uses read. Where a write must reach another
+tensor, because it goes into a view (a slice assignment `y[:, :c] = z`, `x[..., i] = v`,
+`z[:, 0].relu_()`) or a view was taken before it, the graph is traced again through PyTorch's
+functionalization: the write becomes the written value scattered into the view's base (`slice_scatter`,
+a select_scatter decomposed to `where`), which every later read of the base, or of another view of it,
+reads. A `copy_` becomes a cast and broadcast of its source. Writes whose scatter no schedule lowers
+(`index_put` from a mask or index assignment, `as_strided_scatter` of a diagonal) are named as unsupported ops.
+
 A plain tensor attribute (`self.hidden = torch.randn(...)` in `__init__`, neither parameter nor buffer)
 is a placeholder too: the candidate reads it from its own module at run time, and an attribute the
 forward rebinds, writes into or creates is written back after the call (state.py).
@@ -652,25 +660,75 @@ def _group_norm(x, groups, weight, bias, eps):
     return y
 
 
+def _in_place(node) -> bool:
+    """Whether the node is an aten op that writes into its first operand (`relu_`, `copy_`, `mul_`)."""
+    target = node.target
+    if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+        return False
+    args = target._schema.arguments
+    return bool(args) and args[0].alias_info is not None and args[0].alias_info.is_write
+
+
+def _shares_memory(node, order: dict) -> bool:
+    """Whether the tensor the in-place `node` writes into shares memory with another value of the graph
+    that the write must reach: it is a view itself, or a view of it was taken before the write."""
+    mutated = node.args[0]
+    return _may_alias(mutated) or any(u is not node and order[u] < order[node] and _may_alias(u) for u in mutated.users)
+
+
+def _aliased_writes(gm) -> list:
+    """The in-place nodes whose write must reach another tensor (a slice assignment, `z[:, 0].relu_()`)."""
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    return [n for n in gm.graph.nodes if _in_place(n) and _shares_memory(n, order)]
+
+
+def _functionalize(gm, name: str):
+    """The graph traced again through PyTorch's functionalization, on the same fake values (so the same
+    size symbols): each in-place op becomes its out-of-place form, and a write into a view becomes the
+    written value scattered into the view's base (`slice_scatter`; `select_scatter`, decomposed to
+    `where`), which every later read of the base or of another view of it reads. A placeholder written in
+    place (a tensor attribute the forward writes into) is returned with its new value.
+
+    Only graphs with such a write take this second trace: the others keep their graph as traced."""
+    from torch._subclasses.functional_tensor import FunctionalTensorMode, dispatch_functionalize
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    args = [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"]
+    run = dispatch_functionalize(torch.fx.Interpreter(gm).run, FunctionalTensorMode())
+    try:
+        return make_fx(run, decomposition_table=decompositions(), tracing_mode="fake")(*args)
+    except LoweringError:
+        raise
+    except Exception as exc:
+        text = " ".join(str(exc).split())[:300]
+        raise LoweringError(
+            f"{name}: cannot functionalize the forward's writes into views: {type(exc).__name__}: {text}"
+        ) from exc
+
+
 def _out_of_place(gm) -> None:
-    """Rewrite in-place aten ops (decompositions use some: clamp_min_ in cosine_similarity) as their
-    out-of-place form, and let every later use of the mutated tensor read the result instead."""
+    """Rewrite in-place aten ops (decompositions use some: clamp_min_ in cosine_similarity; an in-place
+    activation, `nn.ReLU6(inplace=True)`, traces to its op and a `copy_` back) as their out-of-place form,
+    and let every later use of the mutated tensor read the result instead.
+
+    Redirecting later uses is right only where nothing else shares the mutated memory. A graph with a write
+    into a view, or into a tensor a view was taken from before the write, is functionalized first
+    (`_functionalize`); one left here would be lowered wrong, so it is refused."""
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     for node in list(gm.graph.nodes):
+        if not _in_place(node):
+            continue
         target = node.target
-        if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
-            continue
-        schema = target._schema
-        if not (
-            schema.arguments and schema.arguments[0].alias_info is not None and schema.arguments[0].alias_info.is_write
-        ):
-            continue
         packet = target.overloadpacket.__name__
         if not packet.endswith("_"):
             raise LoweringError(f"in-place op {target} is not lowered")
         functional = getattr(getattr(torch.ops.aten, packet[:-1], None), target._overloadname, None)
         if functional is None:
             raise LoweringError(f"in-place op {target} has no out-of-place form")
+        if _shares_memory(node, order):
+            raise LoweringError(
+                f"in-place op {target} writes into a tensor that shares memory with a view; it is not lowered"
+            )
         mutated = node.args[0]
         node.target = functional
         for user in list(mutated.users):
@@ -691,12 +749,11 @@ def _may_alias(node) -> bool:
     return schema is None or any(r.alias_info is not None for r in schema.returns)
 
 
-def _whole_copies(gm, fake_mode) -> None:
-    """Rewrite `aten.copy(dst, src)` (what `dst.copy_(src)` became in `_out_of_place`) whose destination
-    is a whole tensor that no view shares as `src`, cast to dst's dtype and broadcast to dst's shape: ops
-    the lowering has. A copy into a view (a slice assignment, `x[:, :c] = y`) or into a tensor that a view
-    shares stays, and stays unlowered: its write would have to reach the other tensor, which needs
-    functionalization."""
+def _copies(gm, fake_mode) -> None:
+    """Rewrite `aten.copy(dst, src)` as `src` cast to dst's dtype and broadcast to dst's shape: ops the
+    lowering has. `aten.copy` is out-of-place here (dst lends only its shape and dtype): `_out_of_place` made
+    it of a `copy_` whose destination shares memory with nothing, and functionalization makes a slice
+    assignment `x[:, :c] = y` this copy into the slice, then a slice_scatter into the base."""
     aten = torch.ops.aten
     graph = gm.graph
     changed = False
@@ -706,8 +763,6 @@ def _whole_copies(gm, fake_mode) -> None:
         dst, src = node.args[0], node.args[1]
         dval, sval = dst.meta.get("val"), src.meta.get("val")
         if not (isinstance(dval, torch.Tensor) and isinstance(sval, torch.Tensor)):
-            continue
-        if _may_alias(dst) or any(u is not node and _may_alias(u) for u in dst.users):
             continue
         with graph.inserting_before(node), fake_mode:
             value = src
@@ -991,8 +1046,12 @@ def _capture(source: str, path: str) -> Captured:
     try:
         with _patched(model, patched, lambda: current["carriers"]):
             gm = make_fx(forward, decomposition_table=decompositions(), tracing_mode="fake")(*flat)
+        if _aliased_writes(gm):
+            gm = _functionalize(gm, name)
         _out_of_place(gm)
-        _whole_copies(gm, fake_mode)
+        _copies(gm, fake_mode)
+        gm.graph.eliminate_dead_code()  # views that functionalization regenerates after a write and nothing reads
+        gm.recompile()
     except LoweringError:
         raise
     except Exception as exc:

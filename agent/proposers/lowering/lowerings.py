@@ -535,10 +535,9 @@ def _expand(lw, node, x, size, *args, **kw):
     return Lazy(out, x.dtype, load)
 
 
-@register(aten.slice.Tensor)
-def _slice(lw, node, x, dim=0, start=None, end=None, step=1):
-    dim = dim % len(x.shape)
-    size = x.shape[dim]
+def _slice_bounds(size, start, end, step) -> tuple:
+    """(start, end, length) of `[start:end:step]` along a dimension of `size`: negative bounds counted
+    from the end, an end past the size (or the trace's "to the end", 2**63 - 1) clipped to it."""
     start = Zero if start is None else sym(start)
     end = size if end is None or (isinstance(end, int) and end >= 2**62) else sym(end)
     if (start.is_Integer and start < 0) or (end.is_Integer and end < 0):
@@ -546,8 +545,15 @@ def _slice(lw, node, x, dim=0, start=None, end=None, step=1):
         end = end + size if end.is_Integer and end < 0 else end
     end = sympy.Min(end, size) if not same(end, size) else size
     n = sympy.ceiling((end - start) / step) if step != 1 else end - start
+    return start, end, sym(n)
+
+
+@register(aten.slice.Tensor)
+def _slice(lw, node, x, dim=0, start=None, end=None, step=1):
+    dim = dim % len(x.shape)
+    start, _, n = _slice_bounds(x.shape[dim], start, end, step)
     shape = list(x.shape)
-    shape[dim] = sym(n)
+    shape[dim] = n
 
     def load(idx):
         sub = list(idx)
@@ -588,6 +594,40 @@ def _select(lw, node, x, dim, index):
         return x.load(list(idx[:dim]) + [index] + list(idx[dim:]))
 
     return Lazy(shape, x.dtype, load)
+
+
+@register(aten.slice_scatter.default)
+def _slice_scatter(lw, node, base, src, dim=0, start=None, end=None, step=1):
+    """`base` with `src` written over `base[start:end:step]` along `dim`: what functionalization makes of a
+    write into a slice (`y[:, :c] = z`). A pointwise value over base's shape: out[i] = src[(i - start) //
+    step] where i lies in the slice, else base[i]; src is loaded only where it is read."""
+    d = result_dtype(node)
+    base, src = as_value(base), as_value(src)
+    rank = len(base.shape)
+    dim = dim % rank
+    start, end, n = _slice_bounds(base.shape[dim], start, end, step)
+    inner = list(base.shape)
+    inner[dim] = n
+
+    def load(idx):
+        off = idx[dim] - start
+        inside = Op(
+            BOOL,
+            "and",
+            (Op(BOOL, "ge", (Index(I64, off), Const(I64, 0))), Op(BOOL, "lt", (Index(I64, idx[dim]), Index(I64, end)))),
+        )
+        sub = list(idx)
+        sub[dim] = off
+        if step != 1:
+            from torch.utils._sympy.functions import FloorDiv
+
+            on_step = Op(BOOL, "eq", (Index(I64, sympy.Mod(off, step)), Const(I64, 0)))
+            inside = Op(BOOL, "and", (inside, on_step))
+            sub[dim] = FloorDiv(off, step)
+        written = Masked(d, inside, cast(bload(src, inner, sub), d), 0)
+        return Op(d, "where", (inside, written, cast(base.load(idx), d)))
+
+    return Lazy(base.shape, d, load)
 
 
 @register(aten.flip.default, torch.ops.prims.rev.default)

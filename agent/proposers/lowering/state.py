@@ -112,9 +112,9 @@ def split_writes(gm, n_user: int, tuple_output: bool, after: list, attr_nodes: l
     """Keep, of the graph's trailing outputs (one per entry of `after`, from `after_forward`), those of
     the attributes the forward changed or created, and say how each is written back.
 
-    Run after the in-place ops became out-of-place ones (capture._out_of_place): an attribute written in
-    place then returns the op's result rather than its own placeholder (`attr_nodes`, per attribute
-    `__init__` set)."""
+    Run after capture made the in-place writes out-of-place (capture._out_of_place, and
+    capture._functionalize for writes through a view): an attribute written in place then returns the
+    written value rather than its own placeholder (`attr_nodes`, per attribute `__init__` set)."""
     output = next(n for n in gm.graph.nodes if n.op == "output")
     outs = output.args[0]
     outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
