@@ -166,9 +166,9 @@ def test_a_softmax_over_dim_1_is_seeded_by_the_row_knobs_another_graph_won_with(
     )
     result = search.propose(request, extra_hints=(ROW_WIN,))
     first = result.proposals[0]
-    # the matmul group of the hint had no match here; the hint predates the cache_hints knob, which keeps
-    # this graph's default
-    assert first.knobs["groups"] == [ROW_WIN["groups"][1] | {"cache_hints": False}]
+    # the matmul group of the hint had no match here; the hint predates the cache_hints and order knobs,
+    # which keep this graph's defaults
+    assert first.knobs["groups"] == [ROW_WIN["groups"][1] | {"cache_hints": False, "order": "xr"}]
     assert "schedule_hint" in first.transformation_tags
     assert result.proposals[1].knobs == lowered.default_config()
 

@@ -209,6 +209,25 @@ class _Resolver:
 
 _XR = "[XBLOCK, RBLOCK]"
 
+ORDERS = ("xr", "rx")
+
+
+class _Layout:
+    """Where a reduction tile puts its kept and reduced indices. "xr": [XBLOCK, RBLOCK], kept rows along
+    axis 0, reduced along axis 1 (contiguous when the reduced dims are innermost). "rx": [RBLOCK,
+    XBLOCK], reduced along axis 0, kept along axis 1: when the kept dims are the contiguous ones (a sum
+    over dim 1 of [B, C, L]) neighbouring lanes then read neighbouring addresses."""
+
+    def __init__(self, order: str = "xr"):
+        if order not in ORDERS:
+            raise LoweringError(f"unknown reduction order {order!r}; one of {ORDERS}")
+        self.order = order
+        rx = order == "rx"
+        self.axis = 0 if rx else 1  # the reduced axis
+        self.keep = "[None, :]" if rx else "[:, None]"  # a reduced value back to a tile dim
+        self.tile = "[RBLOCK, XBLOCK]" if rx else _XR
+        self.kept_tile = "[1, XBLOCK]" if rx else "[XBLOCK, 1]"
+
 
 def _tile(text: str, shape: str) -> str:
     """An offset or value broadcast to the kernel's tile (an index may skip a size-1 dim's variable)."""
@@ -291,8 +310,11 @@ def _neutral(t: ReductionTask, acc: str) -> str:
     return init
 
 
-def _red_update(t: ReductionTask, v: str, acc: str, j: int, mask: str, single: bool, kernel: _Kernel) -> list[str]:
+def _red_update(
+    t: ReductionTask, v: str, acc: str, j: int, mask: str, single: bool, kernel: _Kernel, lay: _Layout
+) -> list[str]:
     """Lines accumulating value `v` into reduction j's accumulator (single: reducing the row at once)."""
+    ax, keep = lay.axis, lay.keep
     init = _neutral(t, acc)
     masked = f"tl.where({mask}, {v}, {init})"
     if t.rtype in ("any", "all"):
@@ -302,19 +324,19 @@ def _red_update(t: ReductionTask, v: str, acc: str, j: int, mask: str, single: b
     r = f"red{j}"
     if single:
         if t.rtype == "sum":
-            return [f"{r} = tl.sum({masked}, 1)[:, None]"]
+            return [f"{r} = tl.sum({masked}, {ax}){keep}"]
         if t.rtype in ("max", "any"):
-            return [f"{r} = tl.max({masked}, 1)[:, None]"]
+            return [f"{r} = tl.max({masked}, {ax}){keep}"]
         if t.rtype in ("min", "all"):
-            return [f"{r} = tl.min({masked}, 1)[:, None]"]
+            return [f"{r} = tl.min({masked}, {ax}){keep}"]
         if t.rtype == "prod":
             kernel.combiners.add("mul")
-            return [f"{r} = tl.reduce({masked}, 1, _kscout_mul)[:, None]"]
+            return [f"{r} = tl.reduce({masked}, {ax}, _kscout_mul){keep}"]
         kernel.combiners.add(t.rtype)
         return [
-            f"_, {r} = tl.reduce(({masked}, tl.broadcast_to(rindex, {masked}.shape).to(tl.int64)), 1, "
+            f"_, {r} = tl.reduce(({masked}, tl.broadcast_to(rindex, {masked}.shape).to(tl.int64)), {ax}, "
             f"_kscout_{t.rtype})",
-            f"{r} = {r}[:, None]",
+            f"{r} = {r}{keep}",
         ]
     a = f"acc{j}"
     if t.rtype == "sum" and _compensated(acc):
@@ -349,37 +371,40 @@ def _compensated(acc: str) -> bool:
     return acc in ("tl.float32", "tl.float64")
 
 
-def _red_init(t: ReductionTask, acc: str, j: int) -> list[str]:
+def _red_init(t: ReductionTask, acc: str, j: int, lay: _Layout) -> list[str]:
     a = f"acc{j}"
-    out = [f"{a} = tl.full([XBLOCK, RBLOCK], {_neutral(t, acc)}, {acc})"]
+    out = [f"{a} = tl.full({lay.tile}, {_neutral(t, acc)}, {acc})"]
     if t.rtype in ("argmax", "argmin"):
-        out.append(f"{a}_i = tl.zeros([XBLOCK, RBLOCK], tl.int64)")
+        out.append(f"{a}_i = tl.zeros({lay.tile}, tl.int64)")
     if t.rtype == "sum" and _compensated(acc):
-        out.append(f"{a}_c = tl.zeros([XBLOCK, RBLOCK], {acc})")
+        out.append(f"{a}_c = tl.zeros({lay.tile}, {acc})")
     return out
 
 
-def _red_final(t: ReductionTask, j: int, kernel: _Kernel) -> list[str]:
+def _red_final(t: ReductionTask, j: int, kernel: _Kernel, lay: _Layout) -> list[str]:
     a, r = f"acc{j}", f"red{j}"
+    ax, keep = lay.axis, lay.keep
     if t.rtype == "sum" and _compensated(_acc_dtype(t)):
         # the lanes' sums in a tree, less what each lane still owes
-        return [f"{r} = (tl.sum({a}, 1) - tl.sum({a}_c, 1))[:, None]"]
+        return [f"{r} = (tl.sum({a}, {ax}) - tl.sum({a}_c, {ax})){keep}"]
     if t.rtype == "sum":
-        return [f"{r} = tl.sum({a}, 1)[:, None]"]
+        return [f"{r} = tl.sum({a}, {ax}){keep}"]
     if t.rtype in ("max", "any"):
-        return [f"{r} = tl.max({a}, 1)[:, None]"]
+        return [f"{r} = tl.max({a}, {ax}){keep}"]
     if t.rtype in ("min", "all"):
-        return [f"{r} = tl.min({a}, 1)[:, None]"]
+        return [f"{r} = tl.min({a}, {ax}){keep}"]
     if t.rtype == "prod":
         kernel.combiners.add("mul")
-        return [f"{r} = tl.reduce({a}, 1, _kscout_mul)[:, None]"]
+        return [f"{r} = tl.reduce({a}, {ax}, _kscout_mul){keep}"]
     kernel.combiners.add(t.rtype)
-    return [f"_, {r} = tl.reduce(({a}, {a}_i), 1, _kscout_{t.rtype})", f"{r} = {r}[:, None]"]
+    return [f"_, {r} = tl.reduce(({a}, {a}_i), {ax}, _kscout_{t.rtype})", f"{r} = {r}{keep}"]
 
 
-def reduction_kernel(g: Group, kernel: _Kernel, store: set[str], cache_hints: bool = False) -> dict:
+def reduction_kernel(g: Group, kernel: _Kernel, store: set[str], cache_hints: bool = False, order: str = "xr") -> dict:
     """`cache_hints`: in the looped form, every pass but the last keeps its loads in L2 (evict_last),
-    the last streams them (evict_first)."""
+    the last streams them (evict_first). `order`: the tile layout (_Layout)."""
+    lay = _Layout(order)
+    tile = lay.tile
     reds = g.reductions()
     head = reds[0]
     full = list(head.full_shape)
@@ -433,7 +458,7 @@ def reduction_kernel(g: Group, kernel: _Kernel, store: set[str], cache_hints: bo
             for j, t in enumerate(reds):
                 resolver.current = t.out.name
                 v = w.value(t.body)
-                lines += _red_update(t, v, _acc_dtype(t), j, mask, True, kernel)
+                lines += _red_update(t, v, _acc_dtype(t), j, mask, True, kernel, lay)
                 resolver.pending.discard(t.out.name)
                 resolver.registers[t.out.name] = (flat_index(t.out.shape, kept_vars), f"red{j}")
             for t in full_tasks:
@@ -442,8 +467,8 @@ def reduction_kernel(g: Group, kernel: _Kernel, store: set[str], cache_hints: bo
                     v = w.value(body_of(t))
                     kernel.use_buffer(t.out.name)
                     lines.append(
-                        f"tl.store({t.out.name} + {_tile(w.index(full_flat), _XR)}, "
-                        f"{_cast_store(_tile(v, _XR), t.out.name)}, {mask})"
+                        f"tl.store({t.out.name} + {_tile(w.index(full_flat), tile)}, "
+                        f"{_cast_store(_tile(v, tile), t.out.name)}, {mask})"
                     )
             out += lines
         else:
@@ -456,8 +481,8 @@ def reduction_kernel(g: Group, kernel: _Kernel, store: set[str], cache_hints: bo
                     w.eviction = "evict_last" if (stored_full or j + 1 < len(reds)) else "evict_first"
                 resolver.current = t.out.name
                 v = w.value(t.body)
-                body = lines + _red_update(t, v, _acc_dtype(t), j, mask, False, kernel)
-                out += _red_init(t, _acc_dtype(t), j)
+                body = lines + _red_update(t, v, _acc_dtype(t), j, mask, False, kernel, lay)
+                out += _red_init(t, _acc_dtype(t), j, lay)
                 out.append(f"for roffset in range(0, {kernel.size(ir.prod([full[i] for i in reduced]))}, RBLOCK):")
                 out.append("    rindex = roffset + rbase")
                 out.append(f"    rmask = rindex < {kernel.size(ir.prod([full[i] for i in reduced]))}")
@@ -466,7 +491,7 @@ def reduction_kernel(g: Group, kernel: _Kernel, store: set[str], cache_hints: bo
                     for x in _decompose("rindex", [fv[i].name for i in reduced], [full[i] for i in reduced], kernel, 0)
                 ]
                 out += ["    " + x for x in body]
-                out += _red_final(t, j, kernel)
+                out += _red_final(t, j, kernel, lay)
                 resolver.pending.discard(t.out.name)
                 resolver.registers[t.out.name] = (flat_index(t.out.shape, kept_vars), f"red{j}")
             if stored_full:
@@ -481,8 +506,8 @@ def reduction_kernel(g: Group, kernel: _Kernel, store: set[str], cache_hints: bo
                     v = w.value(body_of(t))
                     kernel.use_buffer(t.out.name)
                     stores.append(
-                        f"tl.store({t.out.name} + {_tile(w.index(full_flat), _XR)}, "
-                        f"{_cast_store(_tile(v, _XR), t.out.name)}, {mask})"
+                        f"tl.store({t.out.name} + {_tile(w.index(full_flat), tile)}, "
+                        f"{_cast_store(_tile(v, tile), t.out.name)}, {mask})"
                     )
                 rn = kernel.size(ir.prod([full[i] for i in reduced]))
                 out.append(f"for roffset in range(0, {rn}, RBLOCK):")
@@ -507,7 +532,7 @@ def reduction_kernel(g: Group, kernel: _Kernel, store: set[str], cache_hints: bo
             if t.out.name in store:
                 kernel.use_buffer(t.out.name)
                 lines.append(
-                    f"tl.store({t.out.name} + (xindex), {_cast_store(_tile(v, '[XBLOCK, 1]'), t.out.name)}, xmask)"
+                    f"tl.store({t.out.name} + (xindex), {_cast_store(_tile(v, lay.kept_tile), t.out.name)}, xmask)"
                 )
         out += lines
         return out
@@ -525,6 +550,7 @@ def reduction_kernel(g: Group, kernel: _Kernel, store: set[str], cache_hints: bo
         shape=", ".join(sympy_text(s) for s in full),
         reduced=str(tuple(reduced)),
         kind=g.kind,
+        order=lay.order,
     )
 
 

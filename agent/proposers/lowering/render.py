@@ -109,7 +109,9 @@ def _kernel(program: Program, g: Group, i: int, store: set, knobs: dict):
         ctx = codegen.pointwise_kernel(g, kernel, store)
         template = "pointwise.j2"
     elif g.kind in ("reduction", "row", "window"):
-        ctx = codegen.reduction_kernel(g, kernel, store, bool(knobs.get("cache_hints", False)))
+        ctx = codegen.reduction_kernel(
+            g, kernel, store, bool(knobs.get("cache_hints", False)), str(knobs.get("order", "xr"))
+        )
         template = "reduction.j2"
     elif g.kind == "matmul":
         ctx = codegen.matmul_kernel(g, kernel, store, knobs.get("precision", "ieee"))
@@ -298,8 +300,19 @@ def config_groups(config: dict, groups: list[Group]) -> list[dict]:
     out = []
     for i, g in enumerate(groups):
         k = given[i] if i < len(given) and given[i].get("kind") == g.kind else space.defaults(g.kind)
-        out.append(space.validate_group(g.kind, k, partial=True))
+        k = space.validate_group(g.kind, k, partial=True)
+        if k.get("order") == "rx" and _reduces_innermost(g):
+            # the [kept, reduced] tile already reads along the contiguous dims: "rx" would only stride the
+            # lanes, so it is the same point as "xr" (and the search, seeing the same source, skips it)
+            k = {**k, "order": "xr"}
+        out.append(k)
     return out
+
+
+def _reduces_innermost(g: Group) -> bool:
+    red = g.reductions()[0]
+    n, reduced = len(red.full_shape), tuple(sorted(red.reduced))
+    return reduced == tuple(range(n - len(reduced), n))
 
 
 def default_config(groups: list[Group], fuse: Optional[dict] = None) -> dict:

@@ -44,6 +44,18 @@ _RBLOCK = Knob(
     "smaller chunks use fewer registers per thread",
 )
 
+# The reduction tile's layout. "xr" ([kept, reduced]) reads along the reduced dims, contiguous when they
+# are innermost; "rx" ([reduced, kept], reducing over axis 0) reads along the kept dims, which are the
+# contiguous ones when a middle or leading dim is reduced (a sum over dim 1 of [B, C, L]).
+_ORDER = Knob(
+    "order",
+    ("xr", "rx"),
+    "xr",
+    "a [reduced, kept] tile puts the kept dims along the lanes: coalesced loads when the reduced dims are "
+    "not innermost (a reduction over channels of NCHW)",
+    "a [kept, reduced] tile puts the reduced dims along the lanes: coalesced loads when they are innermost",
+)
+
 SPACES: dict[str, tuple[Knob, ...]] = {
     "pointwise": (
         Knob(
@@ -68,6 +80,7 @@ SPACES: dict[str, tuple[Knob, ...]] = {
             "when rows are few and long",
             "fewer splits save the partials' round trip and the second launch",
         ),
+        _ORDER,
     ),
     "row": (
         _ROWS,
@@ -81,6 +94,7 @@ SPACES: dict[str, tuple[Knob, ...]] = {
             "eviction hints keep a row in L2 between the passes of the looped form and stream the last",
             "no hints leave caching to the hardware",
         ),
+        _ORDER,
     ),
     "window": (_ROWS, _SINGLE, _RBLOCK, Knob("num_warps", (1, 2, 4, 8), 4, _W_UP, _W_DN)),
     "scan": (_ROWS, _SINGLE, _RBLOCK, Knob("num_warps", (1, 2, 4, 8, 16), 4, _W_UP, _W_DN)),
