@@ -316,3 +316,25 @@ def assert_close(out, expected, atol: float = 1e-4, rtol: float = 1e-4) -> None:
             torch.testing.assert_close(o.double(), e, atol=atol, rtol=rtol)
         else:
             assert torch.equal(o, e)
+
+
+def problem_info(tmp_path, name: str, source: str, params: Optional[dict] = None):
+    """A one-case float32 ProblemInfo for `source`, written to tmp_path/NAME.py (the proposers read it)."""
+    from evaluation.records import ProblemInfo, ShapeCase, Tolerance
+
+    path = tmp_path / f"{name}.py"
+    path.write_text(source)
+    params = params or {}
+    case_id = "|".join([",".join(f"{k}={v}" for k, v in params.items()), "float32"]) if params else "float32"
+    return ProblemInfo(
+        problem_id=name,
+        name=name,
+        op_family="unknown",
+        source_path=str(path),
+        source_sha256=name,
+        builtin=False,
+        source=source,
+        shape_cases=(ShapeCase(case_id=case_id, params=params, dtype="float32", tags=("representative",)),),
+        dtypes=("float32",),
+        tolerances={"float32": Tolerance(atol=1e-4, rtol=1e-4)},
+    )

@@ -7,29 +7,16 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from lowering_cases import CASES
+from lowering_cases import CASES, problem_info
 
 from agent.proposers.base import Action, ParentInfo, ProposeRequest
 from agent.proposers.lowering.propose import is_lowering_config
 from agent.proposers.template import TemplateProposer
-from evaluation.records import ProblemInfo, ShapeCase, Tolerance, source_sha256
+from evaluation.records import ProblemInfo, source_sha256
 
 
 def _problem(tmp_path, name: str, source: str) -> ProblemInfo:
-    path = tmp_path / f"{name}.py"
-    path.write_text(source)
-    return ProblemInfo(
-        problem_id=name,
-        name=name,
-        op_family="unknown",
-        source_path=str(path),
-        source_sha256=name,
-        builtin=False,
-        source=source,
-        shape_cases=(ShapeCase(case_id="N=8|float32", params={"N": 8}, dtype="float32", tags=("representative",)),),
-        dtypes=("float32",),
-        tolerances={"float32": Tolerance(atol=1e-4, rtol=1e-4)},
-    )
+    return problem_info(tmp_path, name, source, {"N": 8})
 
 
 def _request(problem, action=Action.seed, parent=None, n=1, seen=frozenset(), rng_seed=0):

@@ -8,7 +8,7 @@ import re
 
 import pytest
 import torch
-from lowering_cases import CASES, assert_close, ref, run_lowered
+from lowering_cases import CASES, assert_close, problem_info, ref, run_lowered
 
 from agent.proposers.lowering import lower_source, space
 
@@ -126,23 +126,10 @@ def test_cases_over_middle_and_leading_dims_match_in_the_rx_order(name):
 def _seed_tags(tmp_path, name: str, source: str) -> set[str]:
     from agent.proposers.base import Action, ProposeRequest
     from agent.proposers.lowering.propose import LoweringSearch
-    from evaluation.records import ProblemInfo, ShapeCase, Tolerance
 
-    path = tmp_path / f"{name}.py"
-    path.write_text(source)
-    problem = ProblemInfo(
-        problem_id=name,
-        name=name,
-        op_family="unknown",
-        source_path=str(path),
-        source_sha256=name,
-        builtin=False,
-        source=source,
-        shape_cases=(ShapeCase(case_id="float32", params={}, dtype="float32", tags=("representative",)),),
-        dtypes=("float32",),
-        tolerances={"float32": Tolerance(atol=1e-4, rtol=1e-4)},
-    )
-    search = LoweringSearch(lower_source(source, str(path)))
+    problem = problem_info(tmp_path, name, source)
+    path = problem.source_path
+    search = LoweringSearch(lower_source(source, path))
     request = ProposeRequest(
         problem=problem, device="cuda", arch="sm_90", device_name="H200", action=Action.seed, n=100
     )
