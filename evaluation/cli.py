@@ -163,7 +163,8 @@ def register(app: typer.Typer) -> None:
             raise KscoutError(f"--phases: no folder {phases_file.parent} to write {phases_file.name} in")
         from evaluation.pool import prestart
 
-        prestart(device, sandbox, 2)  # on `--device cuda`: the check's and the timing's workers warm up now
+        # on `--device cuda`: the check's, the timing's and the baselines' workers warm up now, and no more
+        prestart(device, sandbox, 2, only=True)
         from evaluation.approximations import annotate
         from evaluation.fingerprint import resolve_device
         from evaluation.harness import evaluate

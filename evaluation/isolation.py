@@ -514,7 +514,7 @@ def _tail(path: Path) -> str:
         return ""
 
 
-def _kill_group(pid: int) -> None:
+def kill_group(pid: int) -> None:
     try:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -708,7 +708,7 @@ class WorkerProcess:
         """Kill what is left of the process group, close the pipes, read the stderr tail."""
         proc = self.proc
         assert proc is not None
-        _kill_group(proc.pid)
+        kill_group(proc.pid)
         proc.wait()
         for fd in (self._in, self._out):
             try:

@@ -30,7 +30,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Optional
 
-from evaluation.isolation import Scratch, WorkerProcess, default_limits, worker_env
+from evaluation.isolation import Scratch, WorkerProcess, default_limits, kill_group, worker_env
 
 # Limits of a warm worker are set before its request (and so its time limit) is known: the CPU-time
 # cap is derived from this, the largest limit a caller passes in practice (the baselines' 900 s).
@@ -92,6 +92,9 @@ class WarmPool:
     scratch_root: Optional[str]
     size: int = 0
     idle: list[_Warm] = field(default_factory=list)
+    # the workers the command will still take, where it knows (`kscout eval`: a check, a timing, the
+    # baselines): none is started beyond them, to warm up beside the run and then be killed at exit
+    quota: Optional[int] = None
     spawned: int = 0  # warm workers started, and handed out, over the pool's life
     handed: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -119,8 +122,11 @@ class WarmPool:
         sig = signature(self.device, self.isolation)
         with self.lock:
             self._drop_stale(sig)
-            while len(self.idle) < self.size:
+            while len(self.idle) < self._target():
                 self.idle.append(self._spawn(sig))
+
+    def _target(self) -> int:
+        return self.size if self.quota is None else min(self.size, self.quota)
 
     def take(self) -> Optional[WorkerProcess]:
         """A warm worker (still warming up, or waiting), replaced at once by a new one; None if the
@@ -132,7 +138,9 @@ class WarmPool:
         with self.lock:
             self._drop_stale(sig)
             warm = self.idle.pop(0) if self.idle else self._spawn(sig)
-            while len(self.idle) < self.size:
+            if self.quota is not None:
+                self.quota = max(0, self.quota - 1)
+            while len(self.idle) < self._target():
                 self.idle.append(self._spawn(sig))
             self.handed += 1
         return warm.worker
@@ -148,9 +156,18 @@ class WarmPool:
 
     def close(self) -> None:
         with self.lock:
-            for warm in self.idle:
-                _discard(warm.worker)
-            self.idle = []
+            idle, self.idle = self.idle, []
+        _discard_all([warm.worker for warm in idle])
+
+
+def _discard_all(workers: list[WorkerProcess]) -> None:
+    """Kill every process group first, then reap: a CUDA context that dies takes a while to release
+    its device memory, and those waits overlap instead of adding up."""
+    for worker in workers:
+        if worker.proc is not None:
+            kill_group(worker.proc.pid)
+    for worker in workers:
+        _discard(worker)
 
 
 def _discard(worker: WorkerProcess) -> None:
@@ -187,14 +204,15 @@ def reserve(device: str, isolation: str, count: int, scratch_root: Optional[str]
     return p
 
 
-def prestart(device: str, sandbox: Optional[str], checks: int, baselines: int = 1) -> int:
+def prestart(device: str, sandbox: Optional[str], checks: int, baselines: int = 1, *, only: bool = False) -> int:
     """At the start of a command told `--device cuda`: the warm workers its first evaluations take
     (`checks` sandboxed ones, for a batch's checks and its timing, and `baselines` for the reference),
     started before the command's own set-up (importing torch, loading the problem, opening the store,
     a new store's shipped docs), so that their imports and CUDA contexts overlap it. The flag is
     trusted rather than torch imported to confirm it: a device that cannot warm up ends its workers,
-    and the evaluation then says why. Returns the workers started (0: warm workers are off, another
-    device, or no sandbox where one is required, which the evaluation reports)."""
+    and the evaluation then says why. `only`: these are all the workers the command takes (one
+    evaluation), so none is started to replace a worker taken. Returns the workers started (0: warm
+    workers are off, another device, or no sandbox where one is required, which the evaluation reports)."""
     if device != "cuda" or checks < 1 or warm_count(device, ready=True) == 0:
         return 0
     from evaluation.isolation import resolve_sandbox, scratch_root
@@ -204,12 +222,16 @@ def prestart(device: str, sandbox: Optional[str], checks: int, baselines: int = 
     except Exception:
         return 0
     started = 0
+    takes = {isolation: checks}  # without a sandbox, the checks and the baselines share one pool
+    takes["none"] = takes.get("none", 0) + baselines
     for iso, count in ((isolation, checks), ("none", baselines)):
         if count < 1:
             continue
         p = pool(device, iso, scratch_root(), ready=True)
         with p.lock:
             p.size = max(p.size, min(MAX_WARM, count))
+            if only:
+                p.quota = takes[iso]
             before = p.spawned
         p.fill()
         started += p.spawned - before
@@ -225,8 +247,12 @@ def close_all() -> None:
     with _POOLS_LOCK:
         pools = list(_POOLS.values())
         _POOLS.clear()
+    workers: list[WorkerProcess] = []
     for p in pools:
-        p.close()
+        with p.lock:
+            idle, p.idle = p.idle, []
+        workers += [warm.worker for warm in idle]
+    _discard_all(workers)
 
 
 atexit.register(close_all)

@@ -996,6 +996,20 @@ def main(argv: list[str] | None = None) -> None:
         channel.send(protocol.Stop(status=v.status, stage=v.stage, error_class=v.error_class, message=v.message))
         return
     worker.run()
+    leave()
+
+
+def leave() -> None:
+    """End the process now that its last message is sent, without the interpreter's teardown: the
+    CUDA context, inductor's compile pool and whatever a candidate registered at exit would otherwise
+    run for 0.7-1.8 s (H100) while the parent waits for the exit before the next process may start.
+    Nothing is left to write: every output and message went out before Done."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -414,3 +414,64 @@ def test_prestart_warms_a_gpu_commands_workers_without_importing_torch_and_only_
         assert pool.prestart("cuda", "off", 9) == 0  # kept already: nothing more starts
     finally:
         pool.close_all()
+
+
+def test_prestart_for_one_evaluation_starts_only_the_workers_it_takes(monkeypatch):
+    """`kscout eval` takes a check's, a timing's and the baselines' workers and ends: without a sandbox
+    they come from one pool, which starts none to replace them (each would warm up beside the run
+    only to be killed at exit)."""
+    pool.close_all()
+    monkeypatch.setenv("KSCOUT_WARM_WORKERS", "auto")
+    try:
+        assert pool.prestart("cuda", "off", 2, only=True) == 2
+        p = pool.pool("cuda", "none")
+        assert (p.size, p.quota) == (2, 3)
+        taken = [p.take() for _ in range(3)]
+        assert all(w is not None for w in taken)
+        assert p.spawned == 3 and p.idle == [] and p.quota == 0
+        for w in taken:
+            w.finish(stopped=True)
+            w.scratch.cleanup()
+    finally:
+        pool.close_all()
+
+
+def test_a_pool_without_a_quota_replaces_each_worker_taken(warm):
+    warm.fill()
+    taken = [warm.take(), warm.take()]
+    try:
+        assert warm.quota is None and warm.spawned == 3 and len(warm.idle) == 1
+    finally:
+        for w in taken:
+            w.finish(stopped=True)
+            w.scratch.cleanup()
+
+
+def test_closing_the_pools_ends_every_waiting_worker_and_removes_its_folder(warm):
+    warm.size = 3
+    warm.fill()
+    workers = [w.worker for w in warm.idle]
+    pool.close_all()
+    for w in workers:
+        assert w.proc.poll() is not None and not w.scratch.root.exists()
+
+
+def test_a_worker_leaves_with_its_output_flushed_and_no_exit_handlers_run(tmp_path):
+    """The worker ends through `leave` once its last message is out: what it printed still reaches
+    its stderr file, and nothing registered for the interpreter's teardown runs (the CUDA context,
+    inductor's pool, a candidate's finalizers cost 0.7-1.8 s there while the next process waits)."""
+    import subprocess
+    import sys
+
+    marker = tmp_path / "ran"
+    code = (
+        "import atexit, sys\n"
+        f"atexit.register(lambda: open({str(marker)!r}, 'w').close())\n"
+        "sys.stdout.write('last words')\n"
+        "from evaluation.worker import leave\n"
+        "leave()\n"
+        "sys.stdout.write('never')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout == "last words"
+    assert not marker.exists()
