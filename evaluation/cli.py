@@ -7,6 +7,7 @@ the one line), 3 not judged (the CPU's interpreter ran out of time while every j
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import List, Optional
 
@@ -157,6 +158,7 @@ def register(app: typer.Typer) -> None:
         Exit codes: 0 the candidate passed, 1 it failed (a verdict, not an error), 2 bad input, 3 not
         judged (on the CPU, the interpreter ran out of --timeout while every judged output was right).
         """
+        command_started = time.time()
         overrides = parse_sets(sets)
         source = read_candidate(candidate)
         if phases_file is not None and not phases_file.parent.is_dir():  # said before minutes of evaluation
@@ -175,7 +177,10 @@ def register(app: typer.Typer) -> None:
         from evaluation import phases
 
         with phases.recording() as rows:
+            evaluate_started = time.time()
             result = evaluate(source, info, device=dev, timeout_s=timeout, trials=trials, sandbox=sandbox)
+        # the command's own row: its set-up before evaluate, and when it was done (its exit follows)
+        rows.append(dict(role="command", started_at=command_started, evaluate_at=evaluate_started, done_at=time.time()))
         if phases_file is not None:
             try:
                 phases_file.write_text(json.dumps(rows, indent=1))

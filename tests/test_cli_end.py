@@ -527,6 +527,9 @@ def test_eval_writes_one_phase_row_per_process_where_asked_and_refuses_a_missing
     code, out, err = kscout([*args, "--phases", "phases.json", "--json"], capsys)
     assert code == 0, err
     assert json.loads(out)["status"] == "passed"
-    (row,) = json.loads((cwd / "phases.json").read_text())  # on a CPU: the check's process, nothing timed
+    # on a CPU: the check's process (nothing timed), then the command's own row
+    row, command = json.loads((cwd / "phases.json").read_text())
     assert row["role"] == "correctness" and row["cases"] >= 1 and row["parent_judge_s"] >= 0
     assert row["worker"]["seconds"]["correctness"] > 0 and row["worker"]["stamps"]["finished"] > 0
+    assert command["role"] == "command"
+    assert command["started_at"] <= command["evaluate_at"] <= row["worker"]["stamps"]["finished"] <= command["done_at"]
