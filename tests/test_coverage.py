@@ -4,6 +4,7 @@ KernelBench dev set searched through the real session and evaluator under the in
 The dev set is read from $KSCOUT_KERNELBENCH_DEV (default: ../shared/kernelbench-dev beside the repo);
 tests that need it are skipped where it is absent."""
 
+import json
 import os
 import textwrap
 from pathlib import Path
@@ -115,6 +116,32 @@ def test_relu_reaches_a_passed_candidate_through_the_real_search(tmp_path, monke
         ("passed", "pointwise", 1, 1)
     ]
     assert (tmp_path / "coverage.csv").read_text().count("\n") == 2
+
+
+def test_coverage_searches_in_the_batches_optimize_uses_unless_told_and_refuses_a_zero_batch(capsys):
+    from agent.search.coverage import _batch, main
+
+    assert (_batch(None, "cuda"), _batch(None, "cpu"), _batch(3, "cuda")) == (8, 1, 3)
+    for flag in ("--batch", "--budget"):
+        with pytest.raises(SystemExit) as ended:
+            main(["nowhere", flag, "0"])
+        assert ended.value.code == 2 and f"{flag} must be at least 1 (got 0)" in capsys.readouterr().err
+
+
+@needs_dev
+def test_a_coverage_search_told_a_batch_checks_that_many_candidates_a_step(tmp_path, monkeypatch):
+    monkeypatch.setenv("KSCOUT_VECTORS", "off")
+    rows = run_coverage(
+        [DEV / "level1" / "19_ReLU.py"], budget=2, device="cpu", out=tmp_path, trials=1, quiet=True, batch=2
+    )
+    assert [(r["status"], r["evaluations"]) for r in rows] == [("passed", 2)]
+    from store import Store
+
+    (home,) = [d for d in tmp_path.iterdir() if d.name.startswith("store-")]
+    with Store.open(home) as st:
+        run = st.get_run(rows[0]["run_id"])
+    config = json.loads(run.config_json)
+    assert (config["batch"], config["workers"]) == (2, 2)
 
 
 @needs_dev

@@ -209,7 +209,25 @@ def _base(path: Path) -> dict:
     return dict(level=level_of(path), problem=path.stem, category=category(path))
 
 
-def _config(path: Path, *, budget: int, device_kind: str, trials: int, seed: int, timeout_s: float, workers: int = 1):
+def _batch(batch: Optional[int], device_kind: str) -> int:
+    """Candidates per step: as `kscout optimize` searches by default (8 on a GPU, checked side by side
+    and timed in one process; one at a time on a CPU)."""
+    from agent.search.session import search_defaults
+
+    return search_defaults(device_kind)["batch"] if batch is None else batch
+
+
+def _config(
+    path: Path,
+    *,
+    budget: int,
+    device_kind: str,
+    trials: int,
+    seed: int,
+    timeout_s: float,
+    workers: int = 1,
+    batch: int = 1,
+):
     """One coverage search: the template proposer, no stall rule."""
     from agent.search.session import SessionConfig
 
@@ -223,6 +241,7 @@ def _config(path: Path, *, budget: int, device_kind: str, trials: int, seed: int
         trials=trials,
         timeout_s=timeout_s,
         workers=workers,
+        batch=batch,
     )
 
 
@@ -242,11 +261,31 @@ def _unjudged_row(path: Path, status: str, detail: str, *, seconds: float = 0.0,
     )
 
 
-def run_one(store, path: Path, *, budget: int, device_kind: str, trials: int, seed: int, timeout_s: float) -> dict:
+def run_one(
+    store,
+    path: Path,
+    *,
+    budget: int,
+    device_kind: str,
+    trials: int,
+    seed: int,
+    timeout_s: float,
+    batch: Optional[int] = None,
+) -> dict:
     from agent.search.session import start
 
     errors: list[str] = []
-    config = _config(path, budget=budget, device_kind=device_kind, trials=trials, seed=seed, timeout_s=timeout_s)
+    size = _batch(batch, device_kind)
+    config = _config(
+        path,
+        budget=budget,
+        device_kind=device_kind,
+        trials=trials,
+        seed=seed,
+        timeout_s=timeout_s,
+        workers=size,
+        batch=size,
+    )
 
     def on_event(event):
         if event.kind == "proposal_error":
@@ -274,12 +313,14 @@ def run_concurrently(
     seed: int,
     timeout_s: float,
     on_row: Callable[[int, dict], None],
+    batch: Optional[int] = None,
 ) -> None:
     """`concurrency` searches at once on one shared local executor (`optimize-many`'s machinery): their
     correctness checks run side by side on `concurrency` workers, a batch's timing and each re-measure
     still have the device to themselves. `on_row(i, row)` gets each problem's row as its search ends."""
     from agent.search.many import Shared, run_many
 
+    size = _batch(batch, device_kind)
     configs = [
         _config(
             path,
@@ -288,7 +329,8 @@ def run_concurrently(
             trials=trials,
             seed=seed,
             timeout_s=timeout_s,
-            workers=concurrency,
+            workers=max(concurrency, size),
+            batch=size,
         )
         for path in files
     ]
@@ -436,7 +478,10 @@ def run_coverage(
     store_dir: Optional[Path] = None,
     quiet: bool = False,
     concurrency: int = 1,
+    batch: Optional[int] = None,
 ) -> list[dict]:
+    """One search per file. `batch`: candidates per step (None: a GPU search's default of 8, checked
+    side by side and timed together; 1 on a CPU)."""
     import evaluation
     from store import Store
 
@@ -468,6 +513,7 @@ def run_coverage(
                 seed=seed,
                 timeout_s=timeout_s,
                 on_row=land,
+                batch=batch,
             )
         else:
             for i, path in enumerate(files):
@@ -481,6 +527,7 @@ def run_coverage(
                         trials=trials,
                         seed=seed,
                         timeout_s=timeout_s,
+                        batch=batch,
                     ),
                 )
     return [rows[k] for k in sorted(rows)]
@@ -498,6 +545,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m agent.coverage", description=__doc__.split("\n")[0])
     parser.add_argument("paths", nargs="+", help="problem files or folders of them (KernelBench format)")
     parser.add_argument("--budget", type=int, default=4, help="search evaluations per problem")
+    parser.add_argument(
+        "--batch",
+        type=int,
+        default=None,
+        help="candidates per search step (default: 8 on a GPU, checked side by side and timed together, as "
+        "kscout optimize does; 1 on a CPU)",
+    )
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda")
     parser.add_argument("--out", type=Path, default=None, help="folder for coverage.csv and the fresh store")
     parser.add_argument("--match", default=None, help="only files whose name matches this regex")
@@ -517,6 +571,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         "harness that shrinks only plain constants sizes them for the CPU (see literal_sizes)",
     )
     args = parser.parse_args(argv)
+    for flag, value in (("--budget", args.budget), ("--batch", args.batch)):
+        if value is not None and value < 1:
+            parser.error(f"{flag} must be at least 1 (got {value})")  # exit 2, one line
     out = args.out or Path(tempfile.mkdtemp(prefix="kscout-coverage-"))
     try:
         files = problem_files(args.paths, args.match)
@@ -531,6 +588,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             seed=args.seed,
             timeout_s=args.timeout,
             concurrency=max(1, args.concurrency),
+            batch=args.batch,
         )
     except KscoutError as exc:
         print(f"error: {exc}", file=sys.stderr)
