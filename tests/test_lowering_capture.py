@@ -98,3 +98,54 @@ def test_a_trace_swaps_functional_pooling_only_in_its_own_thread():
         t.join()
     assert F.max_pool2d is original  # put back
     assert seen["fn"] is original and torch.equal(seen["out"], original(x, 2))  # the other thread computed with PyTorch
+
+
+ITEM_IN_INIT = textwrap.dedent("""
+    import torch
+    import torch.nn as nn
+
+    class Model(nn.Module):
+        def __init__(self, n):
+            super().__init__()
+            # Swin's stochastic depth schedule: values read back in __init__, which no meta tensor holds
+            rates = [x.item() for x in torch.linspace(0, 0.5, 3)]
+            self.scale = rates[-1] + 1.0
+            self.fc = nn.Linear(n, n)
+
+        def forward(self, x):
+            return torch.relu(self.fc(x)) * self.scale
+
+    def get_inputs():
+        return [torch.randn(4, 6)]
+
+    def get_init_inputs():
+        return [6]
+    """)
+
+
+def test_a_model_whose_init_reads_values_back_is_built_on_the_host_and_lowered_exactly():
+    import torch
+
+    torch.manual_seed(123)
+    before = torch.random.get_rng_state()
+    captured = capture(ITEM_IN_INIT, "/tmp/item_in_init.py")
+    assert [(p.kind, p.name) for p in captured.placeholders] == [
+        ("param", "fc.weight"),
+        ("param", "fc.bias"),
+        ("input", "x"),
+    ]
+    assert torch.equal(torch.random.get_rng_state(), before)  # the host build drew from a forked RNG
+    src, out, expected, flagged = run_lowered(ITEM_IN_INIT, path="/tmp/item_in_init.py")
+    assert flagged == {}
+    assert_close(out, expected)
+
+
+def test_a_model_that_cannot_be_built_anywhere_names_both_failures():
+    broken = ITEM_IN_INIT.replace(
+        "self.fc = nn.Linear(n, n)", "self.fc = nn.Linear(n, n)\n        raise ValueError('no')"
+    )
+    with pytest.raises(LoweringError) as raised:
+        capture(broken, "/tmp/broken_init.py")
+    message = str(raised.value)
+    assert "broken_init.py: cannot build the reference on the meta device (RuntimeError: " in message
+    assert "item() cannot be called on meta tensors) nor on the host (ValueError: no)" in message

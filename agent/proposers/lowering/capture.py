@@ -963,13 +963,33 @@ def capture(source: str, path: str) -> Captured:
         return _capture(source, path)
 
 
+def _meta_model(module, name: str) -> torch.nn.Module:
+    """The problem's Model in eval mode with every parameter and buffer on the meta device. Built there
+    directly (nothing allocated) unless its `__init__` reads a value back (`.item()` on a schedule of
+    drop rates, as Swin's stochastic depth does), which no meta tensor holds: then it is built on the
+    host, the global RNG left as it was, and moved to the meta device (the host copy is freed)."""
+    from evaluation.problem import init_inputs
+
+    try:
+        return module.Model(*init_inputs(module)).eval()
+    except Exception as first:
+        try:
+            with torch.device("cpu"), torch.random.fork_rng(devices=[]):
+                return module.Model(*init_inputs(module)).eval().to("meta")
+        except Exception as second:
+            raise LoweringError(
+                f"{name}: cannot build the reference on the meta device ({type(first).__name__}: {first}) "
+                f"nor on the host ({type(second).__name__}: {second})"
+            ) from second
+
+
 def _capture(source: str, path: str) -> Captured:
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
     from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
 
     from agent.proposers.lowering.state import TensorAttributes, split_writes
-    from evaluation.problem import exec_problem_source, init_inputs
+    from evaluation.problem import exec_problem_source
 
     _pool_library()
     init = init_source(source)
@@ -977,8 +997,10 @@ def _capture(source: str, path: str) -> Captured:
     name = path.rsplit("/", 1)[-1]
     try:
         with torch.device("meta"):
-            model = module.Model(*init_inputs(module)).eval()
+            model = _meta_model(module, name)
             raw_inputs = list(module.get_inputs())
+    except LoweringError:
+        raise
     except Exception as exc:
         raise LoweringError(
             f"{name}: cannot build the reference on the meta device: {type(exc).__name__}: {exc}"
