@@ -118,14 +118,16 @@ def test_relu_reaches_a_passed_candidate_through_the_real_search(tmp_path, monke
     assert (tmp_path / "coverage.csv").read_text().count("\n") == 2
 
 
-def test_coverage_searches_in_the_batches_optimize_uses_unless_told_and_refuses_a_zero_batch(capsys):
+def test_coverage_searches_in_the_batches_optimize_uses_unless_told_and_refuses_a_zero_batch(capsys, monkeypatch):
     from agent.search.coverage import _batch, main
 
     assert (_batch(None, "cuda"), _batch(None, "cpu"), _batch(3, "cuda")) == (8, 1, 3)
+    monkeypatch.delenv("KSCOUT_VECTORS", raising=False)
     for flag in ("--batch", "--budget"):
         with pytest.raises(SystemExit) as ended:
             main(["nowhere", flag, "0"])
         assert ended.value.code == 2 and f"{flag} must be at least 1 (got 0)" in capsys.readouterr().err
+    assert "KSCOUT_VECTORS" not in os.environ  # a refused command sets none of its defaults
 
 
 @needs_dev

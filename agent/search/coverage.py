@@ -534,14 +534,6 @@ def run_coverage(
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    for key, value in (
-        ("HF_HUB_OFFLINE", "1"),
-        ("TRANSFORMERS_OFFLINE", "1"),
-        ("ANONYMIZED_TELEMETRY", "False"),
-        ("LITELLM_LOCAL_MODEL_COST_MAP", "True"),
-        ("KSCOUT_VECTORS", "off"),
-    ):
-        os.environ.setdefault(key, value)
     parser = argparse.ArgumentParser(prog="python -m agent.coverage", description=__doc__.split("\n")[0])
     parser.add_argument("paths", nargs="+", help="problem files or folders of them (KernelBench format)")
     parser.add_argument("--budget", type=int, default=4, help="search evaluations per problem")
@@ -574,6 +566,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     for flag, value in (("--budget", args.budget), ("--batch", args.batch)):
         if value is not None and value < 1:
             parser.error(f"{flag} must be at least 1 (got {value})")  # exit 2, one line
+    for key, value in (  # after the flags are checked: a refused command changes nothing
+        ("HF_HUB_OFFLINE", "1"),
+        ("TRANSFORMERS_OFFLINE", "1"),
+        ("ANONYMIZED_TELEMETRY", "False"),
+        ("LITELLM_LOCAL_MODEL_COST_MAP", "True"),
+        ("KSCOUT_VECTORS", "off"),
+    ):
+        os.environ.setdefault(key, value)
     out = args.out or Path(tempfile.mkdtemp(prefix="kscout-coverage-"))
     try:
         files = problem_files(args.paths, args.match)
