@@ -225,12 +225,14 @@ def _config(
     trials: int,
     seed: int,
     timeout_s: float,
-    workers: int = 1,
-    batch: int = 1,
+    batch: Optional[int] = None,
+    concurrency: int = 1,
 ):
-    """One coverage search: the template proposer, no stall rule."""
+    """One coverage search: the template proposer, no stall rule, `_batch` candidates a step checked
+    side by side (on at least `concurrency` workers where searches share one executor)."""
     from agent.search.session import SessionConfig
 
+    size = _batch(batch, device_kind)
     return SessionConfig(
         problem=str(path),
         device=device_kind,
@@ -240,8 +242,8 @@ def _config(
         seed=seed,
         trials=trials,
         timeout_s=timeout_s,
-        workers=workers,
-        batch=batch,
+        workers=max(concurrency, size),
+        batch=size,
     )
 
 
@@ -275,16 +277,8 @@ def run_one(
     from agent.search.session import start
 
     errors: list[str] = []
-    size = _batch(batch, device_kind)
     config = _config(
-        path,
-        budget=budget,
-        device_kind=device_kind,
-        trials=trials,
-        seed=seed,
-        timeout_s=timeout_s,
-        workers=size,
-        batch=size,
+        path, budget=budget, device_kind=device_kind, trials=trials, seed=seed, timeout_s=timeout_s, batch=batch
     )
 
     def on_event(event):
@@ -320,7 +314,6 @@ def run_concurrently(
     still have the device to themselves. `on_row(i, row)` gets each problem's row as its search ends."""
     from agent.search.many import Shared, run_many
 
-    size = _batch(batch, device_kind)
     configs = [
         _config(
             path,
@@ -329,8 +322,8 @@ def run_concurrently(
             trials=trials,
             seed=seed,
             timeout_s=timeout_s,
-            workers=max(concurrency, size),
-            batch=size,
+            batch=batch,
+            concurrency=concurrency,
         )
         for path in files
     ]
