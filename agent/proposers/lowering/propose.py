@@ -1,7 +1,9 @@
 """Choosing configurations of a lowered program for each search action.
 
 seed: configurations that worked before for the same schedule kinds (seed hints, matched group by
-group on the kind, so a row kernel learns from any row kernel), then the default, then single moves.
+group on the kind, so a row kernel learns from any row kernel), then the default, then (on a GPU, for a
+graph with a contraction) a portfolio of Hopper GEMM tiles fitted to the shipped M, N, K, then single
+moves.
 refine: continue along what the parent just changed, then its other neighbours, then schedule moves
 (split or merge fusion groups, which also switches a reduction between one kernel per row and
 separate passes) and coupled pairs. sibling: the same moves, those the parent did not just make
@@ -13,12 +15,15 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import random
+from dataclasses import dataclass
 from importlib import resources
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Optional
 
 from agent.proposers.base import Action, Proposal, ProposalError, ProposeRequest, ProposeResult
-from agent.proposers.lowering import Lowered, LoweringError, space
+from agent.proposers.lowering import Lowered, LoweringError, ir, space
+from agent.proposers.lowering.split import _hint
 from evaluation.records import source_sha256
 
 SCHEDULE = "lowering"
@@ -110,6 +115,169 @@ def for_device(config: dict, device: str) -> dict:
     return {**config, "groups": groups}
 
 
+@dataclass(frozen=True)
+class Tile:
+    """One contraction setting of the seed portfolio (group_m is 8 throughout)."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+    num_warps: int
+    num_stages: int
+    precision: str
+    why: str
+
+    def knobs(self) -> dict:
+        return {
+            "block_m": self.block_m,
+            "block_n": self.block_n,
+            "block_k": self.block_k,
+            "group_m": 8,
+            "num_warps": self.num_warps,
+            "num_stages": self.num_stages,
+            "precision": self.precision,
+        }
+
+
+_TC = "on tensor cores at near-fp32 accuracy"
+# Best first: the tiles fast Hopper Triton GEMMs use (Triton's matmul tutorial, inductor's mm configs),
+# with K steps of 32 where the fp16 configs take 64, since fp32 operands take twice the shared memory.
+# tf32x3 (three TF32 passes) passes fp32 tolerances at tensor-core speed; the two ieee entries keep an
+# exact-fp32 option among the large tiles.
+_CURATED = (
+    Tile(128, 128, 32, 8, 3, "tf32x3", f"the square Hopper GEMM tile {_TC}"),
+    Tile(128, 256, 32, 8, 3, "tf32x3", f"a wide tile reusing each A tile over 256 columns, {_TC}"),
+    Tile(128, 128, 64, 8, 3, "tf32x3", f"deeper K steps, half the loop trips, {_TC}"),
+    Tile(64, 256, 32, 4, 4, "tf32x3", f"a short wide tile with a 4-deep load pipeline, {_TC}"),
+    Tile(128, 128, 32, 8, 4, "tf32x3", f"the square tile with a 4-deep load pipeline, {_TC}"),
+    Tile(256, 128, 32, 8, 3, "tf32x3", f"a tall tile reusing each B tile over 256 rows, {_TC}"),
+    Tile(128, 64, 32, 4, 4, "tf32x3", f"a mid-sized tile: twice the programs of 128x128 for mid-sized outputs, {_TC}"),
+    Tile(64, 128, 32, 4, 4, "tf32x3", f"a mid-sized tile: twice the programs of 128x128 for mid-sized outputs, {_TC}"),
+    Tile(128, 128, 32, 8, 3, "ieee", "a large tile in exact fp32 FMAs, for when tf32x3 misses the tolerance"),
+    Tile(64, 128, 32, 4, 4, "ieee", "a mid-sized tile in exact fp32 FMAs"),
+)
+
+SMEM_LIMIT_BYTES = 220 * 1024  # Hopper: 228 KB of shared memory per SM, less what a kernel keeps besides its tiles
+
+
+def _smem_bytes(block_m: int, block_n: int, block_k: int, num_stages: int) -> int:
+    """Shared memory of a contraction's load pipeline: one fp32 A and B tile per stage (bf16 or fp16
+    operands take half, so this bound holds for every dtype the kernel takes)."""
+    return num_stages * 4 * (block_m * block_k + block_k * block_n)
+
+
+# An entry whose pipeline does not fit shared memory fails to compile (out of resources): dropped here.
+PORTFOLIO = tuple(t for t in _CURATED if _smem_bytes(t.block_m, t.block_n, t.block_k, t.num_stages) <= SMEM_LIMIT_BYTES)
+
+SMS = 132  # H100 SXM and H200: fewer output tiles than this leave SMs idle
+# split_k values for a few-tile, long-K contraction: the smallest giving about SMS..4*SMS programs.
+# 32 (legal in the space, and what the default's own split picks) covers outputs of 2-4 tiles.
+SPLIT_WAYS = (4, 8, 16, 32)
+SPLIT_TOP = 3  # portfolio entries that get a split-K variant right after them
+
+
+@dataclass(frozen=True)
+class Contraction:
+    """The shipped sizes of one matmul group (the trace's hints)."""
+
+    batch: int
+    m: int
+    n: int
+    k: int
+    splittable: bool  # split_k rewrites it (a convolution's GEMM writing into its own layout does not)
+
+
+def _pow2_at_least(x: int) -> int:
+    return max(16, 1 << max(0, x - 1).bit_length())
+
+
+def contractions(lowered: Lowered, config: dict) -> dict[int, Optional[Contraction]]:
+    """Per matmul group of `config` (by index), its sizes at the shipped shapes; None where a size has
+    no hint (a size the trace left symbolic with no value)."""
+    out: dict[int, Optional[Contraction]] = {}
+    for gi, (g, knobs) in enumerate(zip(lowered.plan(config["fuse"]), config["groups"])):
+        if g.kind != "matmul" or knobs["kind"] != "matmul":
+            continue
+        mm = g.head
+        sizes = [_hint(v, lowered.hints) for v in (ir.prod(mm.batch), mm.m, mm.n, mm.k)]
+        if any(v is None or v <= 0 for v in sizes):
+            out[gi] = None
+            continue
+        b, m, n, k = (int(v) for v in sizes if v is not None)
+        out[gi] = Contraction(batch=b, m=m, n=n, k=k, splittable=mm.out_index is None)
+    return out
+
+
+def _fit(tile: Tile, c: Optional[Contraction]) -> dict:
+    """The tile's knobs, block_m and block_n clamped to the output (a 32-row output takes 32-row tiles:
+    the launch would clamp them anyway, so two entries that differ only there are one configuration)."""
+    knobs = tile.knobs()
+    if c is not None:
+        knobs["block_m"] = min(knobs["block_m"], _pow2_at_least(c.m))
+        knobs["block_n"] = min(knobs["block_n"], _pow2_at_least(c.n))
+    return knobs
+
+
+def _split_ways(knobs: dict, c: Optional[Contraction]) -> Optional[tuple[int, int]]:
+    """(split_k, output tiles) when a contraction has too few output tiles to fill the GPU and a long
+    K; None otherwise. Every split keeps at least 8 K steps per program, so the partials' round trip
+    stays small beside the work."""
+    if c is None or not c.splittable:
+        return None
+    tiles = c.batch * -(-c.m // knobs["block_m"]) * -(-c.n // knobs["block_n"])
+    if tiles >= SMS or not (c.k >= 8 * max(c.m, c.n) or c.k >= 16384):
+        return None
+    ways = [w for w in SPLIT_WAYS if c.k // w >= 8 * knobs["block_k"]]
+    if not ways:
+        return None
+    return next((w for w in ways if tiles * w >= SMS), ways[-1]), tiles
+
+
+def portfolio(lowered: Lowered, base: dict) -> Iterator[tuple[dict, str]]:
+    """The curated tiles applied to every matmul group of `base` (other groups as they are), fitted
+    to the shipped sizes, each of the first SPLIT_TOP followed by its split-K variant where that
+    fills the GPU; no configuration twice, nor the base again."""
+    shapes = contractions(lowered, base)
+    if not shapes:
+        return
+    seen = {json.dumps(base, sort_keys=True)}
+    top = 0
+    for tile in PORTFOLIO:
+        out = {"schedule": SCHEDULE, "fuse": dict(base["fuse"]), "groups": [dict(g) for g in base["groups"]]}
+        clamped = []
+        for gi, c in shapes.items():
+            knobs = _fit(tile, c)
+            space.validate_group("matmul", knobs, partial=True)
+            out["groups"][gi].update(knobs)
+            if c is not None and (knobs["block_m"], knobs["block_n"]) != (tile.block_m, tile.block_n):
+                clamped.append(f"{knobs['block_m']}x{knobs['block_n']} for M={c.m}, N={c.n}")
+        key = json.dumps(out, sort_keys=True)
+        if key in seen:
+            continue
+        seen.add(key)
+        name = (
+            f"{tile.block_m}x{tile.block_n}x{tile.block_k} tiles, {tile.num_warps} warps, "
+            f"{tile.num_stages} stages, {tile.precision}"
+        )
+        fitted = f" (clamped to {'; '.join(clamped)})" if clamped else ""
+        yield out, f"seed portfolio: {name}{fitted}: {tile.why}"
+        if top >= SPLIT_TOP:
+            continue
+        top += 1
+        split = {"schedule": SCHEDULE, "fuse": dict(out["fuse"]), "groups": [dict(g) for g in out["groups"]]}
+        notes = []
+        for gi, c in shapes.items():
+            found = _split_ways(split["groups"][gi], c)
+            if found is not None and c is not None:
+                ways, tiles = found
+                split["groups"][gi]["split_k"] = ways
+                notes.append(f"{tiles} output tile(s) with K={c.k} split {ways} ways for {tiles * ways} programs")
+        key = json.dumps(split, sort_keys=True)
+        if notes and key not in seen:
+            seen.add(key)
+            yield split, f"seed portfolio: {name}, split K: {'; '.join(notes)} on {SMS} SMs"
+
+
 class LoweringSearch:
     """Configurations of one lowered program, rendered to candidates."""
 
@@ -183,6 +351,9 @@ class LoweringSearch:
                 ("seed", "schedule_hint"),
             )
         yield base, "seed: the lowered graph's default schedule", ("seed",)
+        if request.device != "cpu":  # the interpreter's tiles (for_device) are the CPU's whole portfolio
+            for config, why in portfolio(self.lowered, base):
+                yield config, why, ("seed", "portfolio")
         for move in space.knob_moves(base) + space.schedule_moves(base):
             yield move.apply(base), f"seed variant, {move.describe()}: {move.why}", ("seed", move.tag())
 
