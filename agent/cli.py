@@ -83,6 +83,10 @@ def _show_warning(default):
 def main(argv: list[str] | None = None) -> None:
     import warnings
 
+    from evaluation.stacks import start_from_env
+
+    start_from_env()  # KSCOUT_STACKS=FILE: where this process's threads spent their wall time
+
     previous = warnings.showwarning
     warnings.showwarning = _show_warning(previous)
     try:
