@@ -345,14 +345,21 @@ def _sandbox_env(env: dict[str, str]) -> dict[str, str]:
     return env
 
 
-# What a worker needs, tried as the worker would: drop to the sandbox's uid, import the harness, open
-# the GPU's device nodes (a node only a group may open is refused to the sandbox's uid).
+# What a worker needs, tried as the worker would: drop to the sandbox's uid, find and read the harness
+# and torch where the worker imports them from, open the GPU's device nodes (a node only a group may
+# open is refused to the sandbox's uid). Found, not imported: importing them (torch, through the
+# `evaluation` package) took 3-4 s on the lent GPU image, paid before any warm worker could start.
 _PROBE_SCRIPT = """
-import os, sys
+import importlib.util, os, sys
 uid = int(sys.argv[1])
 if uid >= 0:
     os.setgroups([]); os.setresgid(uid, uid, uid); os.setresuid(uid, uid, uid)
-import evaluation.worker
+for name in ("evaluation", "torch"):
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.origin:
+        sys.exit(f"{name} cannot be imported in the sandbox")
+    with open(spec.origin, "rb") as f:
+        f.read(1)
 for node in sys.argv[2:]:
     os.close(os.open(node, os.O_RDWR))
 """

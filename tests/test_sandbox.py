@@ -281,3 +281,30 @@ def test_the_unsandboxed_warning_is_one_line_that_says_what_bubblewrap_is_for(mo
     with warnings.catch_warnings():  # once per process: a second candidate warns no more
         warnings.simplefilter("error")
         assert resolve_sandbox("auto", "cpu") == "none"
+
+
+def test_the_probe_finds_the_harness_and_torch_without_importing_them():
+    import subprocess
+    import sys
+
+    from evaluation.isolation import _PROBE_SCRIPT
+
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", _PROBE_SCRIPT, "-1"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-500:]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if "|" in line}
+    assert "importlib.util" in imported
+    assert not {"torch", "evaluation", "evaluation.worker"} & imported
+
+
+def test_the_probe_fails_where_torch_cannot_be_found():
+    import subprocess
+    import sys
+
+    from evaluation.isolation import _PROBE_SCRIPT
+
+    # -S: no site-packages, so torch is nowhere on the path (the project is, from the working folder)
+    done = subprocess.run([sys.executable, "-S", "-c", _PROBE_SCRIPT, "-1"], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 1
+    assert "torch cannot be imported in the sandbox" in done.stderr
