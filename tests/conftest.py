@@ -47,6 +47,32 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+_SIGNALS = ("SIGINT", "SIGTERM")
+SIGNAL_LEAKS = os.environ.get("KSCOUT_SIGNAL_LEAKS")  # a file each leak is appended to, besides the warning
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """A test that leaves SIGINT or SIGTERM handled otherwise than it found them is named, and the
+    handler put back: a SIG_IGN left behind is inherited by every child started after it (a `kscout
+    optimize` child then ignores Ctrl-C, and the signal tests fail far from the cause). Set-up and
+    teardown count: a fixture can leak too."""
+    import signal
+    import sys
+
+    before = {name: signal.getsignal(getattr(signal, name)) for name in _SIGNALS}
+    yield
+    for name, handler in before.items():
+        now = signal.getsignal(getattr(signal, name))
+        if now is not handler and now != handler:
+            signal.signal(getattr(signal, name), handler)
+            line = f"{item.nodeid} left {name} as {now!r} (was {handler!r}); put back"
+            print(f"\nkscout: {line}", file=sys.stderr)
+            if SIGNAL_LEAKS:
+                with open(SIGNAL_LEAKS, "a") as f:
+                    f.write(line + "\n")
+
+
 @pytest.fixture
 def kscout_home(tmp_path, monkeypatch):
     """Point the store at a fresh folder, as a user's $KSCOUT_HOME would be."""
