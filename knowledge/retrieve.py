@@ -11,7 +11,11 @@ Documents:
    scaled to [0, 1] over the candidates and mixed (`VECTOR_WEIGHT`), plus `HEADING_WEIGHT` times the
    share of the passage's own section heading that the question says ("which macros were removed"
    and "Removed macros"). The first chunk of either ranking is among the k returned, unless its
-   document is shown already by passages that score above it.
+   document is shown already by passages that score above it. A question's identifiers ("tcgen05",
+   "dispatch_compute_cap": knowledge.headings) bring in the sections whose heading path names them,
+   the few nearest the question for each, though neither ranking listed them (a generated reference
+   page whose every chunk says "tcgen05", its text a code signature); scaling stays over the two
+   rankings' candidates, and a passage so named gains `IDENTIFIER_WEIGHT`.
 4. Facets, per passage (knowledge.facets): a passage is about the asked device when its document's tags
    or its heading path name it, and mentions it when only its section's text does (a section split into
    chunks mentions in each what any of them says); likewise for the asked op, where the op's schedule
@@ -20,7 +24,8 @@ Documents:
    and a Hopper GPU") is answered by a passage only as far as it covers the one it covers least. When a
    question names an op and a device, every passage that matches both (with relevance of at least
    `FACET_FLOOR`) comes before every passage that matches one, "about" before "mentions"
-   (`ABOUT_BONUS`), and within one section the chunk that says the facets itself leads. Otherwise
+   (`ABOUT_BONUS`, once for each of the device, the op, and an identifier of the question that the
+   passage's heading names), and within one section the chunk that says the facets itself leads. Otherwise
    a small boost for the device or op breaks near-ties only (at most `MAX_BOOST`). A question that
    names a library of the corpus (knowledge.collections: "in CUB", "composable kernel") is about that
    library: its passages (relevance of at least `FACET_FLOOR`) come first, and the device and op lifts
@@ -65,6 +70,8 @@ from knowledge.aliases import (
 from knowledge.bm25 import tokenize
 from knowledge.errors import RetrievalError
 from knowledge.facets import ABOUT, PassageFacets, passage_facets
+from knowledge.headings import candidates as heading_candidates
+from knowledge.headings import identifiers, names_identifier
 from knowledge.index import Corpus, corpus_for, search_vectors
 from knowledge.intent import Intent, asks_about_housekeeping, classify
 from knowledge.records import AskResult, DocumentHit, FailureHit, OutcomeHit, Provenance, QueryFacets
@@ -98,6 +105,13 @@ DEVICE_BOOST = 0.04
 OP_BOOST = 0.03
 HEADING_WEIGHT = 0.1  # relevance added for a section heading the question says in full (_heading_cover)
 HEADING_PREFIX = 6
+# A question's identifiers ("tcgen05", "dispatch_compute_cap": knowledge.headings): the sections whose
+# heading path names one join the candidates, the HEADING_CANDIDATES nearest the question for each, and
+# a passage so named gains IDENTIFIER_WEIGHT of relevance. On all three question sets, 2 to 20
+# candidates and a weight of 0.2 to 0.4 measured alike; 0.5 lost a fixture question ("does num_stages
+# above 2 help on MI300X" led with a Triton page whose heading says num_stages) (2026-12-06).
+HEADING_CANDIDATES = 5
+IDENTIFIER_WEIGHT = 0.3
 COLLECTION_BOOST = 0.05  # a passage of a library the question names (knowledge.collections)
 COLLECTION_LIFT = 1.0  # ... with relevance of at least FACET_FLOOR: before every passage of elsewhere
 MAX_BOOST = DEVICE_BOOST + OP_BOOST  # a relevance lead larger than this can never be overturned
@@ -177,13 +191,17 @@ def _doc_filter(
     return allowed, dev_match, op_match
 
 
-def _scaled(values: np.ndarray) -> np.ndarray:
-    if values.size == 0:
-        return values
-    lo, hi = float(values.min()), float(values.max())
+def _scaled(values: np.ndarray, over: Optional[np.ndarray] = None) -> np.ndarray:
+    """Values scaled to [0, 1] by the lowest and highest of those `over` selects (all by default); a
+    value outside that range is clipped to it. Where those are all equal, they (and any value as high)
+    scale to 1 when positive, the rest to 0."""
+    ref = values if over is None else values[over]
+    if ref.size == 0:
+        return np.zeros_like(values)
+    lo, hi = float(ref.min()), float(ref.max())
     if hi - lo < 1e-9:
-        return np.ones_like(values) if hi > 0 else np.zeros_like(values)
-    return (values - lo) / (hi - lo)
+        return (values >= hi - 1e-9).astype(values.dtype) if hi > 0 else np.zeros_like(values)
+    return np.clip((values - lo) / (hi - lo), 0.0, 1.0)
 
 
 def rank_chunks(
@@ -211,19 +229,36 @@ def rank_chunks(
     bm = [(int(r), float(bm_scores[r])) for r in np.argsort(-bm_scores, kind="stable")[:n] if bm_scores[r] > 0]
     vec_rank = {row: i + 1 for i, (row, _) in enumerate(vec)}
     bm_rank = {row: i + 1 for i, (row, _) in enumerate(bm)}
-    rows = np.array(sorted(set(vec_rank) | set(bm_rank)), dtype=np.int64)
+    ranked_rows = set(vec_rank) | set(bm_rank)
+    # Sections whose heading names an identifier of the question, though neither ranking listed them
+    # (a generated reference page: the identifier in most of its chunks, a code signature for text).
+    idents = identifiers(query, corpus.extra_device_names)
+    q = None if query_vector is None else np.asarray(query_vector, dtype=np.float32)
+    named_rows = heading_candidates(
+        corpus,
+        idents,
+        mask,
+        (lambda rs: corpus.vectors[rs] @ q) if q is not None else (lambda rs: bm_scores[rs]),
+        ranked_rows,
+        HEADING_CANDIDATES,
+    )
+    rows = np.array(sorted(ranked_rows | set(named_rows)), dtype=np.int64)
     if rows.size == 0:
         return []
+    # Scaled over the two rankings' candidates only: one that the heading brought in changes no other's
+    # relevance (below their lowest, it scales to 0).
+    listed = np.array([r in ranked_rows for r in rows.tolist()], dtype=bool)
     # Exact scores on both sides for every candidate: no chunk loses for being absent from one list.
-    if query_vector is not None:
-        cos = corpus.vectors[rows] @ np.asarray(query_vector, dtype=np.float32)
+    if q is not None:
+        cos = corpus.vectors[rows] @ q
         cos = np.where(corpus.has_vector[rows], cos, cos[corpus.has_vector[rows]].min(initial=0.0))
         # Scores, not reciprocal ranks: mixing in RRF (k=10, half weight or all) left the CCCL + CK set
         # where it was and cost the fixture set 3-8 points of hit@1 (a rank hides how far ahead a chunk is).
-        relevance = VECTOR_WEIGHT * _scaled(cos) + (1 - VECTOR_WEIGHT) * _scaled(bm_scores[rows])
+        relevance = VECTOR_WEIGHT * _scaled(cos, listed) + (1 - VECTOR_WEIGHT) * _scaled(bm_scores[rows], listed)
     else:
-        relevance = _scaled(bm_scores[rows])
-    relevance = relevance + HEADING_WEIGHT * _heading_cover(corpus, query, rows)
+        relevance = _scaled(bm_scores[rows], listed)
+    named = names_identifier(corpus, rows, idents)
+    relevance = relevance + HEADING_WEIGHT * _heading_cover(corpus, query, rows) + IDENTIFIER_WEIGHT * named
     facets_of = passage_facets(corpus, facets, rows, dev_match, op_match)
     # A question that names a library (knowledge.collections) is about its documents: the facet lifts
     # go to passages inside the named collections only, which also get COLLECTION_BOOST among themselves.
@@ -237,7 +272,8 @@ def rank_chunks(
             boost[i] = COLLECTION_LIFT if relevance[i] >= FACET_FLOOR else COLLECTION_BOOST
         boost[i] += DEVICE_BOOST * (dev > 0) + OP_BOOST * (op > 0)
         if facets.devices and facets.ops and dev and op and relevance[i] >= FACET_FLOOR:
-            boost[i] += BOTH_LIFT + ABOUT_BONUS * ((dev == ABOUT) + (op == ABOUT))
+            # a heading that names the question's identifier makes the passage about one more thing asked
+            boost[i] += BOTH_LIFT + ABOUT_BONUS * ((dev == ABOUT) + (op == ABOUT) + bool(named[i]))
             lifted[i] = True
     score = _mentions_lead_their_section(corpus, rows, relevance + boost, [f.own for f in facets_of], lifted)
     order = np.argsort(-score, kind="stable")

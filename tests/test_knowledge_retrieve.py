@@ -537,23 +537,25 @@ def test_the_thirdparty_question_set_names_passages_that_exist():
 @pytest.mark.slow
 def test_thirdparty_questions_hold_the_measured_ranking(thirdparty_scores):
     out = thirdparty_scores
-    # Measured 2026-12-06, latest (knowledge.facets: a section mentions what any of its chunks says, a
-    # question naming two architectures wants both, a page tagged with nearly every op is about none; the
-    # chunk naming the facets leads its section): hit@1 0.86, recall@5 0.96, MRR 0.907. Earlier that day
-    # (a page's title words give a section no heading cover): 0.86, 0.94, 0.897; before: 0.82, 0.94, 0.873
-    # (three chunks a document; one question relabelled to the section that has its answer), 0.80, 0.90,
-    # 0.847 (library collections, heading cover, the leader rule), 0.64, 0.78, 0.70 (2026-12-05) and 0.58,
-    # 0.70, 0.63.
-    assert out["hit_at_1"] >= 0.84 and out["mrr"] >= 0.88 and out["recall_at_5"] >= 0.92, out["_misses"]
+    # Measured 2026-12-06, latest (knowledge.headings: sections whose heading names an identifier of the
+    # question join the candidates and count as about it; "matrix multiply with tcgen05 tensor memory on
+    # Blackwell" found its tcgen05.mma page, at rank 2): hit@1 0.86, recall@5 0.98, MRR 0.917. Before
+    # (knowledge.facets: a section mentions what any of its chunks says, a question naming two
+    # architectures wants both, a page tagged with nearly every op is about none; the chunk naming the
+    # facets leads its section): 0.86, 0.96, 0.907. Earlier that day (a page's title words give a section
+    # no heading cover): 0.86, 0.94, 0.897; before: 0.82, 0.94, 0.873 (three chunks a document; one
+    # question relabelled to the section that has its answer), 0.80, 0.90, 0.847 (library collections,
+    # heading cover, the leader rule), 0.64, 0.78, 0.70 (2026-12-05) and 0.58, 0.70, 0.63. The floors
+    # leave one question of slack below the latest.
+    assert out["hit_at_1"] >= 0.84 and out["mrr"] >= 0.9 and out["recall_at_5"] >= 0.96, out["_misses"]
     assert out["outcome_first"] == 1.0, out["_outcome_misses"]
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 27 item 2 goal not met yet: op-device top-3 8/9 (tcgen05.mma is no candidate); hit@1 0.86, MRR 0.907 met",
-)
 def test_thirdparty_questions_meet_the_issue_goals(thirdparty_scores):
+    """Issue 27, item 2: hit@1 at least 0.85, MRR at least 0.9, every op-and-device question's passage in
+    the top 3. Met 2026-12-06 (0.86, 0.917, 9 of 9) once headings that name the question's identifiers
+    brought in the tcgen05.mma page (knowledge.headings); it had been a strict xfail at 8 of 9."""
     out = thirdparty_scores
     assert out["hit_at_1"] >= 0.85 and out["mrr"] >= 0.9
     assert out["op_device_in_top_3"] == 1.0, out["_top3_misses"]
