@@ -102,6 +102,17 @@ def _problem(problem: ProblemInfo | str, device: str, overrides: dict[str, int] 
 def _death(exit_: WorkerExit, stage: Stage, timeout_s: float) -> dict[str, Any]:
     where = last_progress(exit_.stderr_tail)
     during = f" during {where}" if where else " before its first case"
+    start = _warm_up_failure(exit_)
+    if start is not None:
+        # The worker's own start failed, before its request: no candidate code had run. Not judged, and
+        # an out-of-memory class, so an executor checks it again alone once the batch's siblings are done.
+        # (A candidate that prints this line and exits 75 itself gains nothing: not judged never passes.)
+        return dict(
+            status=Status.not_judged,
+            failed_stage=stage,
+            error_class="OutOfMemoryError" if "out of memory" in start.lower() else "WorkerStart",
+            message=f"the worker could not start on the device before the candidate ran: {start}",
+        )
     if exit_.timed_out:
         return dict(
             status=Status.timed_out,
@@ -115,6 +126,16 @@ def _death(exit_: WorkerExit, stage: Stage, timeout_s: float) -> dict[str, Any]:
         error_class=exit_.death_class(),
         message=f"the candidate's process died by {exit_.death()}{during} without reporting",
     )
+
+
+def _warm_up_failure(exit_: WorkerExit) -> Optional[str]:
+    """What a warm worker said when its own start failed (worker.WARM_UP_EXIT), or None."""
+    if exit_.timed_out or exit_.returncode != protocol.WARM_UP_EXIT:
+        return None
+    marks = [line for line in exit_.stderr_tail.splitlines() if line.startswith("[kscout-worker] ")]
+    if not marks or not all(line.startswith(protocol.WARM_UP_FAILED) for line in marks):
+        return None  # a case had started: candidate code ran, and its death is its own
+    return marks[-1][len(protocol.WARM_UP_FAILED) :].strip()[:400]
 
 
 def _incorrect(run: CorrectnessRun, info: ProblemInfo, exit_: Optional[WorkerExit] = None) -> dict[str, Any]:

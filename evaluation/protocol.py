@@ -63,6 +63,10 @@ from evaluation.emulation import EmulationReport
 from evaluation.records import WeightBinding
 
 MAGIC = b"KSW1"
+# A warm worker whose own start failed, before it read a request (a CUDA context that did not fit beside
+# a batch's checks): its exit code and stderr line, read by the parent as "not judged", not as a crash.
+WARM_UP_EXIT = 75
+WARM_UP_FAILED = "[kscout-worker] warm-up failed:"
 Buffers = Union[bytes, bytearray, memoryview, list, tuple]  # one blob, or its parts in order
 _HEAD = struct.Struct("<4sIQ")
 MAC_BYTES = 32

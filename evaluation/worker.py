@@ -978,7 +978,11 @@ def main(argv: list[str] | None = None) -> None:
     channel = protocol.WorkerChannel(args.in_fd, args.out_fd)
     CLOCK.stamp("main")
     if args.warm:
-        warm_up(args.warm)
+        try:
+            warm_up(args.warm)
+        except Exception as exc:  # before any request, so before any candidate code: the device's doing
+            print(f"{protocol.WARM_UP_FAILED} {one_line(exc)}", file=sys.stderr, flush=True)
+            leave(protocol.WARM_UP_EXIT)
         CLOCK.stamp("warm")
     try:
         request = channel.read_request()
@@ -999,7 +1003,7 @@ def main(argv: list[str] | None = None) -> None:
     leave()
 
 
-def leave() -> None:
+def leave(code: int = 0) -> None:
     """End the process now that its last message is sent, without the interpreter's teardown: the
     CUDA context, inductor's compile pool and whatever a candidate registered at exit would otherwise
     run for 0.7-1.8 s (H100) while the parent waits for the exit before the next process may start.
@@ -1009,7 +1013,7 @@ def leave() -> None:
             stream.flush()
         except (OSError, ValueError):
             pass
-    os._exit(0)
+    os._exit(code)
 
 
 if __name__ == "__main__":
