@@ -160,6 +160,30 @@ def _shape_note(problem: ProblemInfo) -> str:
     return f" (shapes like {params})"
 
 
+_FP32_GEMM_NOTE = (
+    "; the matmul family template is tuned for 16-bit operands (in float32 its tiles overflow shared memory "
+    "and its dot is TF32): lowered instead"
+)
+
+
+def _fp32_gemm_on_gpu(template: str, request: ProposeRequest) -> bool:
+    """A matmul-family problem with a float32 case, proposed for a GPU, goes to the lowering: the family
+    template's default tiles (128x256x64, 3 stages) need ~288 KB of shared memory in float32 (an H100 allows
+    227 KB) and its `tl.dot` is TF32 for float32 operands, while the lowering seeds GEMMs with float32-aware
+    tiles and an explicit dot precision (ieee / tf32x3). Any declared float32 dtype counts, since a candidate
+    is judged on every declared dtype. On "cpu" nothing changes: the Triton interpreter has no shared-memory
+    limit and no TF32, and the CPU tests pin the family path."""
+    problem = request.problem
+    # A problem that allows TF32 for its float32 matmuls (FLOAT32_MATMUL_PRECISION = "high", as the built-in
+    # matmul_epilogue does) has the family template's dot within its policy: it keeps the family template.
+    return (
+        template == "matmul"
+        and request.device != "cpu"
+        and "float32" in problem.dtypes
+        and problem.float32_matmul_precision == "highest"
+    )
+
+
 def _hint_knobs(hint: Any) -> Any:
     return hint.get("knobs") if isinstance(hint, dict) and isinstance(hint.get("knobs"), dict) else hint
 
@@ -180,6 +204,14 @@ class TemplateProposer:
         except FamilyMatchError:
             return self._lowered(request)
         template = K.TEMPLATE_OF_FAMILY[match.family]
+        if _fp32_gemm_on_gpu(template, request):
+            routed = self._lowered(request, extra_note=_FP32_GEMM_NOTE)
+            if routed.proposals or not any(e.kind == "unsupported" for e in routed.errors):
+                return routed
+            # the lowering cannot take this reference: the family template, exactly as without the routing
+        return self._family(match, template, request)
+
+    def _family(self, match: FamilyMatch, template: str, request: ProposeRequest) -> ProposeResult:
         note = _shape_note(request.problem)
         if request.action is Action.seed:
             candidates = self._seed(template, request)
@@ -220,9 +252,10 @@ class TemplateProposer:
             )
         return ProposeResult(proposals=tuple(proposals), errors=errors)
 
-    def _lowered(self, request: ProposeRequest) -> ProposeResult:
-        """No family matches: lower the traced graph. A reference the lowering cannot cover ends in one
-        line naming its ops and the schedules known (never a partial kernel)."""
+    def _lowered(self, request: ProposeRequest, extra_note: str = "") -> ProposeResult:
+        """No family matches (or a float32 GEMM on a GPU: `_fp32_gemm_on_gpu`): lower the traced graph.
+        A reference the lowering cannot cover ends in one line naming its ops and the schedules known (never
+        a partial kernel). `extra_note` follows the shape note in every proposal's rationale."""
         from agent.proposers.lowering import LoweringError, lower_problem
         from agent.proposers.lowering.propose import LoweringSearch
 
@@ -237,7 +270,7 @@ class TemplateProposer:
         extra: tuple = ()
         if request.action is Action.seed and self.schedule_hints is not None:
             extra = tuple(self.schedule_hints(search.kinds(), request.arch))
-        return search.propose(request, note=_shape_note(request.problem), extra_hints=extra)
+        return search.propose(request, note=_shape_note(request.problem) + extra_note, extra_hints=extra)
 
     # each generator yields (knobs, rationale, transformation_tags); the caller renders and dedupes
 
