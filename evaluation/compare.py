@@ -9,7 +9,9 @@ through. NaN or Inf where the reference is finite fails; matching NaN/Inf in bot
 
 from __future__ import annotations
 
+import collections
 import math
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,6 +105,18 @@ CHUNK = 1 << 22
 FUSED_MIN_ELEMENTS = 1 << 16
 
 
+# How this process judged its outputs, by path ("fused" on the GPU, "fused-failed ExcName", "torch cuda",
+# "torch cpu"; "from cpu" where the output crossed to the reference's GPU in chunks): one line of
+# `kscout eval --phases` (evaluation/phases.py) says whether the one-pass kernel did the judging.
+PATHS: collections.Counter[str] = collections.Counter()
+_PATHS_LOCK = threading.Lock()
+
+
+def _count(path: str) -> None:
+    with _PATHS_LOCK:
+        PATHS[path] += 1
+
+
 def _stream(act, exp, tol: Tolerance, k: int, where: str, meta: dict, *, exact: bool) -> Comparison:
     """Both tests over the flattened outputs, CHUNK elements at a time, on the reference's device.
 
@@ -116,10 +130,13 @@ def _stream(act, exp, tol: Tolerance, k: int, where: str, meta: dict, *, exact: 
     if not exact and numel >= FUSED_MIN_ELEMENTS and judge_kernel.applies(act, exp):
         try:
             fused = judge_kernel.stats(act, exp, tol.atol, tol.rtol)
-        except Exception:  # no Triton, or it cannot build here: the PyTorch passes below judge alike
+        except Exception as exc:  # no Triton, or it cannot build here: the PyTorch passes below judge alike
             fused = None
+            _count(f"fused-failed {type(exc).__name__}")
         if fused is not None:
+            _count("fused")
             return _verdict(fused, flat_a, flat_e, exp, tol, k, where, meta, exact)
+    _count(f"torch {dev.type}" + (f" from {act.device.type}" if act.device != dev else ""))
     zero = torch.zeros((), dtype=torch.float64, device=dev)
     count = torch.zeros((), dtype=torch.int64, device=dev)
     nonfinite = torch.zeros((), dtype=torch.int64, device=dev)

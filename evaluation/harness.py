@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from evaluation import phases, protocol
+from evaluation import compare, phases, protocol
 from evaluation.compare import Comparison
 from evaluation.correctness import (
     TIMING_TRIAL_OFFSET,
@@ -369,6 +369,7 @@ def _run(
                     parent_judge_s=heard["parent_s"],
                     parent_wait_s=judged_by.waited_s if judged_by is not None else None,
                     parent_compare_s=judged_by.judged_s if judged_by is not None else None,
+                    judge_paths=dict(compare.PATHS),  # this process's comparisons so far, by path
                     planted=heard.get("planted", 0),
                     gate_s=gate.held_s if gate is not None else None,
                     spawned_at=warm.spawned_at if warm is not None else None,

@@ -146,3 +146,17 @@ def test_the_judge_compares_on_the_host_when_the_device_runs_out_of_memory(monke
     verdict = correctness.Judge(refs, "cpu").judge(case, trial, blob, strides)
     assert verdict.passed and verdict.numel == expected.numel()
     assert calls == ["cpu", "cpu"]  # tried once, then again with the reference on the host
+
+
+def test_each_comparison_counts_the_path_that_judged_it():
+    from evaluation import compare as module
+
+    before = module.PATHS.copy()
+    ref = _ref(1 << 16)  # large enough for the one-pass kernel, which needs a GPU: the torch passes here
+    assert compare(package(ref.float()), ref, "float32", FP32).passed
+    assert compare(package(torch.zeros(3, dtype=torch.int64)), torch.zeros(3, dtype=torch.int64), "int64", FP32).passed
+    added = module.PATHS - before
+    if torch.cuda.is_available():
+        assert sum(added.values()) == 2
+    else:
+        assert added == {"torch cpu": 2}
