@@ -34,7 +34,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from evaluation.correctness import References
+from evaluation.correctness import KeepBudget, References
 from evaluation.records import Baseline, ProblemInfo
 
 KEEP_REFERENCE_FRACTION_GPU = 0.2  # of the device's memory, for a search's float64 reference outputs
@@ -89,6 +89,19 @@ class EarlyBaselines:
         self._thread.join()
 
 
+_SHARED_BUDGETS: dict[str, KeepBudget] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_budget(device: str) -> KeepBudget:
+    """The process's one budget of kept reference outputs on `device`, shared by its searches."""
+    with _SHARED_LOCK:
+        budget = _SHARED_BUDGETS.get(device)
+        if budget is None:
+            budget = _SHARED_BUDGETS[device] = KeepBudget(reference_budget(device))
+        return budget
+
+
 def reference_budget(device: str) -> int:
     """Bytes of float64 reference outputs a search keeps: a fifth of the GPU's memory (about 28 GB on an
     H200, where a batch's workers need the rest), 512 MiB of host memory on a CPU."""
@@ -120,7 +133,9 @@ class SearchContext:
         with self._lock:
             refs = self._refs.get(key)
             if refs is None:
-                refs = self._refs[key] = References(info, device, self.seed, keep_bytes=reference_budget(device))
+                refs = self._refs[key] = References(
+                    info, device, self.seed, keep_bytes=reference_budget(device), shared=shared_budget(device)
+                )
             return refs
 
     # -- baselines -----------------------------------------------------------------------------
@@ -220,7 +235,10 @@ class SearchContext:
             job.cancel()
         with self._lock:
             self._kernels.clear()
-            self._refs.clear()
+            refs, self._refs = list(self._refs.values()), {}
+        for r in refs:  # their bytes go back to the searches still running in this process
+            r.forget()
+        with self._lock:
             root, self._root = self._root, None
         if root is not None:
             shutil.rmtree(root, ignore_errors=True)

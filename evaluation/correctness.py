@@ -78,13 +78,46 @@ def problem_text(info: ProblemInfo) -> str:
     return text
 
 
+class KeepBudget:
+    """Bytes of kept float64 reference outputs that every search of a process shares on one device.
+
+    Each search may keep up to its own budget, but searches side by side (`agent.coverage
+    --concurrency 4`) would otherwise each keep a fifth of the GPU: four GEMM searches kept 64 GB of an
+    H100's 80 beside their 32 checks, and the checks' workers could no longer make a CUDA context."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.used = 0
+        self._lock = threading.Lock()
+
+    def take(self, nbytes: int) -> bool:
+        with self._lock:
+            if self.used + nbytes > self.limit:
+                return False
+            self.used += nbytes
+            return True
+
+    def give(self, nbytes: int) -> None:
+        with self._lock:
+            self.used = max(0, self.used - nbytes)
+
+    def full(self) -> bool:
+        return self.used >= self.limit
+
+
 class References:
     """Problem modules, reference models and their state dicts, built once per parameter binding."""
 
-    def __init__(self, info: ProblemInfo, device: str, init_seed: int, *, keep_bytes: int = 0):
+    def __init__(
+        self, info: ProblemInfo, device: str, init_seed: int, *, keep_bytes: int = 0, shared: KeepBudget | None = None
+    ):
         """`keep_bytes`: how many bytes of float64 reference outputs to keep for later judgements of the
-        same inputs (a search's references, shared by all its candidates: evaluation/context.py)."""
+        same inputs (a search's references, shared by all its candidates: evaluation/context.py).
+        `shared`: the budget this search's kept outputs also count against, with every other search's of
+        the process on the device; `forget` gives them back."""
         self.info, self.device, self.init_seed = info, device, init_seed
+        self.shared = shared
+        self._forgotten = False
         self.text = problem_text(info)
         self._modules: dict[str, Any] = {}
         self._models: dict[str, torch.nn.Module] = {}
@@ -139,8 +172,10 @@ class References:
             k = (self.key(case.params), case.dtype, trial.model_dump_json())
             # Every candidate walks the same trials in the same order: evicting would make each miss
             # what the next one needs, so once the budget is full nothing more is kept.
-            if k in self._kept or self._kept_bytes + nbytes > self.keep_bytes:
+            if k in self._kept or self._kept_bytes + nbytes > self.keep_bytes or self._forgotten:
                 return
+            if self.shared is not None and not self.shared.take(nbytes):
+                return  # the process's searches keep enough between them
             if sum(t.numel() for t in items if isinstance(t, torch.Tensor)) <= HOST_JUDGE_ELEMENTS:
                 expected = _on_host(expected)  # judged on the host from now on (HOST_JUDGE_ELEMENTS)
             self._kept[k] = expected
@@ -166,7 +201,7 @@ class References:
     def _prefetch(self, work: list[tuple[ShapeCase, protocol.Trial]]) -> None:
         judge = Judge(self, self.device)
         for case, trial in work:
-            if self._kept_bytes >= self.keep_bytes:
+            if self._kept_bytes >= self.keep_bytes or (self.shared is not None and self.shared.full()):
                 return
             if self.claim(case, trial) is not None:
                 continue  # kept already, or a judging thread computes it now
@@ -182,6 +217,16 @@ class References:
             finally:
                 self.release(case, trial)
                 _give_back_cache(self.device)
+
+    def forget(self) -> None:
+        """Drop every kept output and give its bytes back to the shared budget (the search is over);
+        nothing is kept after this."""
+        with self._kept_lock:
+            nbytes, self._kept_bytes = self._kept_bytes, 0
+            self._kept.clear()
+            self._forgotten = True
+        if self.shared is not None:
+            self.shared.give(nbytes)
 
     @staticmethod
     def key(params: dict[str, int]) -> str:

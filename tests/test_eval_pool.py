@@ -179,6 +179,44 @@ def test_kept_references_stop_at_their_budget_instead_of_evicting():
     assert [refs.kept(case, t) is not None for t in trials] == [True, True, True, False, False]
 
 
+def test_searches_side_by_side_keep_references_within_one_shared_budget_and_give_it_back():
+    import torch
+
+    from evaluation.context import SearchContext, shared_budget
+    from evaluation.correctness import KeepBudget, References
+
+    info = load_problem("layernorm", "cpu", overrides=SMALL)
+    case = info.shape_cases[0]
+    trials = [protocol.Trial(seed=s) for s in range(4)]
+    shared = KeepBudget(3 * 8 * 100)
+    first = References(info, "cpu", 5, keep_bytes=1 << 30, shared=shared)
+    second = References(info, "cpu", 5, keep_bytes=1 << 30, shared=shared)
+    for t in trials[:2]:
+        first.keep(case, t, torch.zeros(100, dtype=torch.float64))
+    for t in trials:
+        second.keep(case, t, torch.zeros(100, dtype=torch.float64))
+    # each alone would keep all four; together they keep three, the first search's two first
+    assert [second.kept(case, t) is not None for t in trials] == [True, False, False, False]
+    assert shared.used == 3 * 8 * 100 and shared.full()
+    first.forget()
+    assert shared.used == 8 * 100 and first.kept(case, trials[0]) is None
+    first.keep(case, trials[3], torch.zeros(100, dtype=torch.float64))  # a search that is over keeps nothing
+    assert first.kept(case, trials[3]) is None and shared.used == 8 * 100
+    second.keep(case, trials[1], torch.zeros(100, dtype=torch.float64))
+    assert second.kept(case, trials[1]) is not None and shared.used == 2 * 8 * 100
+
+    # two search contexts of one process draw on the device's one budget, and closing gives it back
+    budget = shared_budget("cpu")
+    before = budget.used
+    with SearchContext(1) as a, SearchContext(2) as b:
+        ra, rb = a.references(info, "cpu"), b.references(info, "cpu")
+        assert ra.shared is budget and rb.shared is budget
+        ra.keep(case, trials[0], torch.zeros(100, dtype=torch.float64))
+        rb.keep(case, trials[0], torch.zeros(100, dtype=torch.float64))
+        assert budget.used == before + 2 * 8 * 100
+    assert budget.used == before
+
+
 def test_judges_of_one_trial_at_once_compute_its_reference_once_and_all_get_the_same_verdict(monkeypatch):
     import threading
 
