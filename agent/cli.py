@@ -133,7 +133,7 @@ def console() -> None:
     Tearing down an interpreter that loaded torch and Triton frees every module one by one: 0.8-1 s on
     this 2-core machine, more on a GPU machine with a CUDA context, after the command has printed its
     answer. What a normal exit does that matters is done here, in its order: the command's other
-    (non-daemon) threads finish, the atexit handlers run (the warm pools end their workers, scratch
+    (non-daemon) threads finish, idle thread pools included, the atexit handlers run (the warm pools end their workers, scratch
     folders go, logging flushes), the standard streams are flushed. In-process callers (tests) call
     `main`, which returns and raises as before."""
     import atexit
@@ -148,9 +148,16 @@ def console() -> None:
         else:  # sys.exit("message"): printed, exit 1, as Python does
             print(exc.code, file=sys.stderr)
             code = 1
-    for thread in threading.enumerate():
-        if thread is not threading.main_thread() and not thread.daemon:
-            thread.join()
+    # What the interpreter does first at exit: threading's own exit hooks (an idle ThreadPoolExecutor's
+    # workers are told to end: joined without them, they wait on their queue for ever), then every
+    # non-daemon thread joined. Private, as atexit's is; the join alone is the fallback.
+    shutdown = getattr(threading, "_shutdown", None)
+    if shutdown is not None:
+        shutdown()
+    else:  # pragma: no cover - every CPython kscout supports has it
+        for thread in threading.enumerate():
+            if thread is not threading.main_thread() and not thread.daemon:
+                thread.join()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:

@@ -32,6 +32,12 @@ def test_a_bad_input_exits_2_after_the_atexit_handlers_and_a_late_thread_finish(
     assert "after console" not in done.stdout  # console() never returns
 
 
+def test_an_idle_thread_pool_left_open_does_not_hold_the_exit():
+    body = "import concurrent.futures as cf\npool = cf.ThreadPoolExecutor(2)\npool.submit(lambda: 1).result()\n"
+    done = _console(body, "problems", "--device", "nope")
+    assert done.returncode == 2  # not the subprocess timeout: its idle workers were told to end
+
+
 def test_a_command_that_succeeds_exits_0_with_its_output_flushed():
     done = _console("", "problems", "--json")
     assert done.returncode == 0
