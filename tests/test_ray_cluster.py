@@ -23,7 +23,7 @@ from ray.cluster_utils import Cluster  # noqa: E402
 from test_ray_executor import ray_process_env  # noqa: E402
 
 import evaluation  # noqa: E402
-from agent.search.executors.ray import RayExecutor  # noqa: E402
+from agent.search.executors.ray import RayExecutor, _own_signal_handlers  # noqa: E402
 from evaluation.records import Status  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -53,7 +53,8 @@ def cluster(tmp_path_factory):
             "C": c.add_node(num_cpus=2, resources={"device:cpu": 1}, **LOOPBACK),
         }
         c.wait_for_nodes()
-        ray.init(address=c.address, log_to_driver=False, namespace="kscout-tests")
+        with _own_signal_handlers():  # ray.init sets its SIGTERM handler: the tests after keep theirs
+            ray.init(address=c.address, log_to_driver=False, namespace="kscout-tests")
     except BaseException:
         if c is not None:
             c.shutdown()

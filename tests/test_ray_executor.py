@@ -22,7 +22,7 @@ ray = pytest.importorskip("ray")
 
 import evaluation  # noqa: E402
 from agent.search.executors import Cancelled, ExecutorError  # noqa: E402
-from agent.search.executors.ray import OFFLINE_ENV, RayExecutor  # noqa: E402
+from agent.search.executors.ray import OFFLINE_ENV, RayExecutor, _own_signal_handlers  # noqa: E402
 from agent.search.session import SessionConfig, start  # noqa: E402
 from agent.search.summary import summarize  # noqa: E402
 from evaluation.records import Status  # noqa: E402
@@ -47,15 +47,16 @@ def local_ray():
     saved = dict(os.environ)
     os.environ.update(ray_process_env())
     try:
-        ray.init(
-            num_cpus=4,
-            num_gpus=1,
-            resources={"device:cpu": 1},
-            include_dashboard=False,
-            log_to_driver=False,
-            _node_ip_address="127.0.0.1",
-            namespace="kscout-tests",
-        )
+        with _own_signal_handlers():  # ray.init sets its SIGTERM handler: the tests after keep theirs
+            ray.init(
+                num_cpus=4,
+                num_gpus=1,
+                resources={"device:cpu": 1},
+                include_dashboard=False,
+                log_to_driver=False,
+                _node_ip_address="127.0.0.1",
+                namespace="kscout-tests",
+            )
     finally:
         os.environ.clear()
         os.environ.update(saved)
