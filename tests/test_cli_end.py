@@ -331,7 +331,12 @@ def test_optimize_without_budget_flags_searches_by_the_devices_defaults(cwd, cap
         raise session.SessionError("stopped by the test")
 
     monkeypatch.setattr(session, "start", start)
-    code, _, err = kscout(["optimize", "layernorm", *argv, "--store", "store"], capsys)
+    try:
+        code, _, err = kscout(["optimize", "layernorm", *argv, "--store", "store"], capsys)
+    finally:  # `--device cuda` prestarted warm workers in this process: they end with the command, as they would
+        from evaluation import pool
+
+        pool.close_all()
     assert code == 2 and "stopped by the test" in err
     assert seen == expected
 

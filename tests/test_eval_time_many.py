@@ -112,6 +112,9 @@ def gpu_less_cuda(monkeypatch, problem):
     monkeypatch.setattr(harness, "resolve_device", lambda device="auto": "cuda")
     monkeypatch.setattr(harness, "fingerprint", lambda device="auto": FP)
     monkeypatch.setattr(harness, "run_worker", worker)
+    # the scripted worker stands in for the whole process: no warm one from a pool that an earlier test
+    # (an in-process `kscout optimize --device cuda`) left behind
+    monkeypatch.setattr(harness, "_take_warm", lambda device, isolation: None)
     monkeypatch.setattr(harness, "resolve_sandbox", lambda mode, device: "bwrap")
     monkeypatch.setattr("evaluation.ceiling.copy_ceiling_gbps", lambda name, driver: 4000.0)
     # the parent's references and judgements run on the CPU here, whatever device the run is for
