@@ -18,7 +18,6 @@ import collections
 import os
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Optional
 
@@ -45,11 +44,8 @@ class StackSampler:
         self.samples = 0
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
-        self.started = 0.0
-        self.stopped = 0.0
 
     def start(self) -> "StackSampler":
-        self.started = time.time()
         self._thread = threading.Thread(target=self._run, name="kscout-stacks", daemon=True)
         self._thread.start()
         return self
@@ -71,7 +67,6 @@ class StackSampler:
             self.samples += 1
 
     def stop(self) -> None:
-        self.stopped = time.time()
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=1.0)

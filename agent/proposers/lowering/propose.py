@@ -23,7 +23,7 @@ from typing import Any, Iterable, Iterator, Optional
 
 from agent.proposers.base import Action, Proposal, ProposalError, ProposeRequest, ProposeResult
 from agent.proposers.lowering import Lowered, LoweringError, ir, space
-from agent.proposers.lowering.split import _hint
+from agent.proposers.lowering.split import size_hint
 from evaluation.records import source_sha256
 
 SCHEDULE = "lowering"
@@ -199,7 +199,7 @@ def contractions(lowered: Lowered, config: dict) -> dict[int, Optional[Contracti
         if g.kind != "matmul" or knobs["kind"] != "matmul":
             continue
         mm = g.head
-        sizes = [_hint(v, lowered.hints) for v in (ir.prod(mm.batch), mm.m, mm.n, mm.k)]
+        sizes = [size_hint(v, lowered.hints) for v in (ir.prod(mm.batch), mm.m, mm.n, mm.k)]
         if any(v is None or v <= 0 for v in sizes):
             out[gi] = None
             continue

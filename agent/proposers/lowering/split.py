@@ -141,7 +141,8 @@ def split_k(program, g: Group, ways: int) -> Optional[list[Group]]:
     return [Group("matmul", [first]), Group("reduction", [second] + g.tasks[1:])]
 
 
-def _hint(expr, hints: dict) -> Optional[int]:
+def size_hint(expr, hints: dict) -> Optional[int]:
+    """A size expression's value at the shipped sizes (the trace's hints); None if it has none."""
     try:
         value = sympy.sympify(expr).xreplace({k: sympy.Integer(v) for k, v in hints.items()})
         return int(value) if value.is_number else None
@@ -160,15 +161,15 @@ def suggest(g: Group, hints: dict) -> dict:
             return {"rows": 64, "single_max": 0, "rblock": 32}
     if g.kind == "reduction" and g.reductions()[0].rtype in SPLITTABLE and len(g.reductions()) == 1:
         red = g.reductions()[0]
-        xn = _hint(ir.prod([red.full_shape[i] for i in red.kept()]), hints)
-        rn = _hint(ir.prod([red.full_shape[i] for i in red.reduced]), hints)
+        xn = size_hint(ir.prod([red.full_shape[i] for i in red.kept()]), hints)
+        rn = size_hint(ir.prod([red.full_shape[i] for i in red.reduced]), hints)
         if xn is not None and rn is not None and xn < 256 and rn >= 1 << 16:
             ways = max(4, min(1024, rn // (1 << 15)))
             return {"split": min((4, 16, 64, 256, 1024), key=lambda w: abs(w - ways))}
     if g.kind == "matmul":
         mm: MatmulTask = g.head
-        m, n, k = (_hint(v, hints) for v in (mm.m, mm.n, mm.k))
-        batch = _hint(ir.prod(mm.batch), hints) or 1
+        m, n, k = (size_hint(v, hints) for v in (mm.m, mm.n, mm.k))
+        batch = size_hint(ir.prod(mm.batch), hints) or 1
         if m and n and k and k >= 8192:
             tiles = batch * -(-m // 128) * -(-n // 128)
             if tiles < 128:
@@ -182,6 +183,6 @@ def degenerate_rows(g: Group, hints: dict) -> bool:
     if g.kind != "row":
         return False
     red = g.reductions()[0]
-    xn = _hint(ir.prod([red.full_shape[i] for i in red.kept()]), hints)
-    rn = _hint(ir.prod([red.full_shape[i] for i in red.reduced]), hints)
+    xn = size_hint(ir.prod([red.full_shape[i] for i in red.kept()]), hints)
+    rn = size_hint(ir.prod([red.full_shape[i] for i in red.reduced]), hints)
     return xn is not None and rn is not None and xn < 256 and rn >= 1 << 16
