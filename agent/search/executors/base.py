@@ -19,7 +19,7 @@ import datetime as _dt
 import threading
 from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, wait
 from contextlib import contextmanager
-from typing import Any, Iterator, Optional, Protocol
+from typing import Any, Callable, Iterator, Optional, Protocol
 
 from evaluation.errors import KscoutError
 from evaluation.records import (
@@ -85,16 +85,42 @@ class SharedExclusiveLock:
 
     Writer-preferring, so a timing waits only for the checks already running, not for every check
     queued behind it (several searches may share one executor). `max_shared`: at most this many
-    holders share it at once (the executor's GPU lanes); None: no bound but the callers'."""
+    holders share it at once (the executor's GPU lanes); None: no bound but the callers'.
 
-    def __init__(self, max_shared: Optional[int] = None) -> None:
+    `capacity`: shared holders also declare a weight (a check's device memory, evaluation/footprint.py),
+    and together they hold at most this much. A holder is always let in when it would share with no
+    one, however heavy: the bound keeps checks from crowding each other out, never one check out.
+    A callable is asked once, at the first weighted acquire (the device's memory, without a CUDA
+    context made before a check needs one)."""
+
+    def __init__(
+        self, max_shared: Optional[int] = None, capacity: Optional[int | Callable[[], Optional[int]]] = None
+    ) -> None:
         if max_shared is not None and max_shared < 1:
             raise ValueError("max_shared must be at least 1")
         self.max_shared = max_shared
+        self._capacity = capacity
         self._cond = threading.Condition()
         self._readers = 0
         self._writer = False
         self._writers_waiting = 0
+        self.weight_held = 0  # the shared holders' weights, together
+        self.waited_for_weight = 0  # acquires that waited for weight (and not only for a lane or a timing)
+
+    @property
+    def capacity(self) -> Optional[int]:
+        if callable(self._capacity):
+            try:
+                self._capacity = self._capacity()
+            except Exception:  # no device to ask: counted lanes only
+                self._capacity = None
+        return self._capacity
+
+    def _too_heavy(self, weight: int) -> bool:
+        if not weight or not self._readers:
+            return False
+        capacity = self.capacity
+        return capacity is not None and self.weight_held + weight > capacity
 
     @contextmanager
     def shared(self) -> Iterator[None]:
@@ -104,23 +130,32 @@ class SharedExclusiveLock:
         finally:
             self.release_shared()
 
-    def acquire_shared(self, abandon: Optional[threading.Event] = None) -> bool:
-        """Hold it shared (True), or give up once `abandon` is set (False: nothing held)."""
+    def acquire_shared(self, abandon: Optional[threading.Event] = None, weight: int = 0) -> bool:
+        """Hold it shared (True), or give up once `abandon` is set (False: nothing held). `weight`: what
+        this holder adds against `capacity`; release it with the same weight."""
         with self._cond:
+            counted = False
             while (
                 self._writer
                 or self._writers_waiting
                 or (self.max_shared is not None and self._readers >= self.max_shared)
+                or self._too_heavy(weight)
             ):
+                if not counted and not (self._writer or self._writers_waiting) and self._too_heavy(weight):
+                    if self.max_shared is None or self._readers < self.max_shared:
+                        self.waited_for_weight += 1
+                        counted = True
                 if abandon is not None and abandon.is_set():
                     return False
                 self._cond.wait(None if abandon is None else 0.05)
             self._readers += 1
+            self.weight_held += weight
             return True
 
-    def release_shared(self) -> None:
+    def release_shared(self, weight: int = 0) -> None:
         with self._cond:
             self._readers -= 1
+            self.weight_held -= weight
             self._cond.notify_all()
 
     @contextmanager

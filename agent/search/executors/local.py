@@ -12,7 +12,11 @@ times as long each as one alone, and half ran out of memory beside their sibling
 one after another. So at most `lanes` checks hold the device at once (default `DEFAULT_GPU_LANES`,
 or $KSCOUT_GPU_LANES). Every check of a batch starts at once and compiles its Triton kernels on the
 CPU (one call per case, nothing judged); only then does it wait for a lane, and its battery runs
-inside one (`_Lane`).
+inside one (`_Lane`). Lanes are weighed as well as counted: a check takes one only while the checks
+holding lanes need at most `lane_capacity()` of device memory together, each by its problem's
+estimate (evaluation/footprint.py). Three softmax checks fit many times over; three checks of a
+32768 x 32768 GEMM output do not, and beside the parent's references the next worker could not make
+its CUDA context. A check that would hold the device alone is always let in.
 
 Cancelling (Ctrl-C) drops queued checks and kills the worker processes this executor started, so an
 interrupted search exits in seconds, not after its running evaluations time out.
@@ -28,13 +32,14 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from agent.search.executors.base import BatchExecutor, SharedExclusiveLock
 from evaluation.records import EvalResult, Fingerprint, ProblemInfo, RemeasureResult
 
 WORKER_MODULE = "evaluation.worker"
 DEFAULT_GPU_LANES = 3
+LANE_MEMORY_FRACTION = 0.6  # of the GPU's memory, for the checks holding lanes (lane_capacity)
 
 
 def gpu_lanes(workers: int, lanes: Optional[int] = None) -> int:
@@ -57,14 +62,38 @@ class _Lane:
     inside its lane kept the device's turn idle for seconds (4.4-5.0 s of a layernorm check's 8 s on
     an H100). The compiles of a batch now run side by side on the cores while `lanes` checks run."""
 
-    def __init__(self, lock: SharedExclusiveLock) -> None:
+    def __init__(self, lock: SharedExclusiveLock, weight: int = 0) -> None:
         self._lock = lock
+        self._weight = weight  # the check's device memory (evaluation/footprint.py), against the lanes' capacity
 
     def acquire(self, abandon: threading.Event) -> bool:
-        return self._lock.acquire_shared(abandon)
+        return self._lock.acquire_shared(abandon, self._weight)
 
     def release(self) -> None:
-        self._lock.release_shared()
+        self._lock.release_shared(self._weight)
+
+
+def lane_capacity() -> "int | Callable[[], Optional[int]]":
+    """Device memory the checks holding lanes may need together (evaluation/footprint.py): $KSCOUT_LANE_MEMORY_GB,
+    else `LANE_MEMORY_FRACTION` of the GPU's memory, asked when the first check takes a lane. The rest is
+    the parent's kept references (a fifth, evaluation/context.py), the warm workers' CUDA contexts, and
+    a timing worker's."""
+    value = os.environ.get("KSCOUT_LANE_MEMORY_GB", "").strip()
+    if not value:
+        return _device_lane_capacity
+    try:
+        gb = float(value)
+    except ValueError:
+        raise ValueError(f"KSCOUT_LANE_MEMORY_GB must be a number of GB (got {value!r})") from None
+    if not gb > 0:
+        raise ValueError(f"KSCOUT_LANE_MEMORY_GB must be positive (got {value!r})")
+    return int(gb * 1e9)
+
+
+def _device_lane_capacity() -> int:
+    import torch
+
+    return int(LANE_MEMORY_FRACTION * torch.cuda.get_device_properties(0).total_memory)
 
 
 def worker_children() -> list[int]:
@@ -109,7 +138,9 @@ class LocalExecutor(BatchExecutor):
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kscout-eval")
         self._contexts: Optional[dict[str, Any]] = {} if evaluator is None else None
         self._contexts_lock = threading.Lock()
-        self._device_lock = SharedExclusiveLock(self.lanes if on_gpu else None)
+        self._device_lock = SharedExclusiveLock(
+            self.lanes if on_gpu else None, capacity=lane_capacity() if on_gpu and evaluator is None else None
+        )
         self._busy = 0  # jobs in flight, for the reaper
         self._busy_lock = threading.Lock()
         self._reaper: Optional[threading.Thread] = None
@@ -159,9 +190,23 @@ class LocalExecutor(BatchExecutor):
         self._open()
         if self.device == "cuda" and not alone:  # compiles first, then waits for a lane (_Lane)
             with self._job():
-                return self._evaluate_check(source, problem, lane=_Lane(self._device_lock))
+                return self._evaluate_check(source, problem, lane=_Lane(self._device_lock, self._weight(problem)))
         with self._job(), self._device_lock.exclusive() if alone else self._device_lock.shared():
             return self._evaluate_check(source, problem)
+
+    @property
+    def memory_waits(self) -> int:
+        """Checks that waited for device memory before taking a lane (not only for a free lane)."""
+        return self._device_lock.waited_for_weight
+
+    def _weight(self, problem: ProblemInfo) -> int:
+        """A check's device memory, against the lanes' capacity (0: counted by lane only, as with a stand-in
+        evaluator or a problem the meta device cannot build)."""
+        if self._device_lock.capacity is None:
+            return 0
+        from evaluation.footprint import check_bytes
+
+        return check_bytes(problem) or 0
 
     def _evaluate_check(self, source: str, problem: ProblemInfo, **lane: Any) -> EvalResult:
         self._open()

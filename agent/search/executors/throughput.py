@@ -200,6 +200,7 @@ def run_config(
         gpu_busy=busy.fraction,
         phases=split(rows),
         rechecked_alone=ex.rechecked,
+        waited_for_memory=ex.memory_waits,
         recheck_reasons=ex.recheck_reasons,
         processes=len(rows),
         warm_processes=sum(1 for r in rows if r["warm"]),
@@ -289,6 +290,7 @@ def render(results: list[dict[str, Any]], floor_row: Optional[dict[str, Any]], c
     table.add_row("passed / evaluated", *[f"{r['passed']}/{r['evaluations']}" for r in results])
     table.add_row("worker processes (warm)", *[f"{r['processes']} ({r['warm_processes']})" for r in results])
     table.add_row("checks run again alone", *[str(r.get("rechecked_alone", 0)) for r in results])
+    table.add_row("checks that waited for device memory", *[str(r.get("waited_for_memory", 0)) for r in results])
     console.print(table)
     for r in results:
         for status, message in r["failures"].items():
