@@ -88,6 +88,7 @@ def test_a_gpu_seed_puts_tensor_core_tiles_right_after_the_default(tmp_path):
             "num_stages": 3,
             "split_k": 1,
             "precision": "tf32x3",
+            "engine": "triton",
         }
     ]
     assert 'input_precision="tf32x3"' in first.source and "num_warps=8, num_stages=3" in first.source

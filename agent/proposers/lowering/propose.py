@@ -2,7 +2,8 @@
 
 seed: configurations that worked before for the same schedule kinds (seed hints, matched group by
 group on the kind, so a row kernel learns from any row kernel), then the default, then (on a GPU, for a
-graph with a contraction) a portfolio of Hopper GEMM tiles fitted to the shipped M, N, K, then single
+graph with a contraction) a portfolio of Hopper GEMM tiles fitted to the shipped M, N, K, with the
+library hybrid (cuBLAS, then the epilogue in Triton: library.py) after the first tile, then single
 moves.
 refine: continue along what the parent just changed, then its other neighbours, then schedule moves
 (split or merge fusion groups, which also switches a reduction between one kernel per row and
@@ -71,7 +72,11 @@ def _normal(lowered: Lowered, config: dict) -> dict:
 
     fuse = {**space.DEFAULT_FUSE, **{k: bool(v) for k, v in config.get("fuse", {}).items() if k in space.FUSE}}
     groups = lowered.plan(fuse)
-    return {"schedule": SCHEDULE, "fuse": fuse, "groups": config_groups({"groups": config.get("groups", [])}, groups)}
+    return {
+        "schedule": SCHEDULE,
+        "fuse": fuse,
+        "groups": config_groups({"groups": config.get("groups", [])}, groups, lowered.program),
+    }
 
 
 def _hinted(lowered: Lowered, base: dict, hints: Iterable) -> Iterator[tuple[dict, str]]:
@@ -276,6 +281,18 @@ def portfolio(lowered: Lowered, base: dict) -> Iterator[tuple[dict, str]]:
         if notes and key not in seen:
             seen.add(key)
             yield split, f"seed portfolio: {name}, split K: {'; '.join(notes)} on {SMS} SMs"
+        if top == 1:  # the other kind, measured in the first batch beside the Triton tiles (library.py)
+            hybrid = {"schedule": SCHEDULE, "fuse": dict(base["fuse"]), "groups": [dict(g) for g in base["groups"]]}
+            for gi in shapes:
+                hybrid["groups"][gi]["engine"] = "library"
+            seen.add(json.dumps(hybrid, sort_keys=True))
+            yield (
+                hybrid,
+                (
+                    "seed portfolio: the library's GEMM (cuBLAS through torch.matmul) with the epilogue in one Triton "
+                    "kernel, a labelled hybrid: where cuBLAS beats the Triton tiles at this shape"
+                ),
+            )
 
 
 class LoweringSearch:

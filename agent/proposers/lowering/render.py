@@ -5,7 +5,8 @@ whose kernel cannot be written fused) and `render()` writes the module: the refe
 `__init__`, one kernel per group from its schedule kind's template, and the forward. The forward binds
 every size symbol from the tensors it gets, checks the sizes the trace fixed, allocates the buffers
 (outputs in the case's float dtype, intermediates in float32) and launches the kernels in order;
-between launches it does nothing but allocate and view. It reads the module's plain tensor attributes
+between launches it does nothing but allocate and view, except a hybrid's library contraction
+(`engine="library"`, library.py). It reads the module's plain tensor attributes
 at every call and, after the launches, writes back those the reference's forward changes (state.py).
 """
 
@@ -17,7 +18,7 @@ from typing import Optional
 
 import sympy
 
-from agent.proposers.lowering import codegen, ir, space
+from agent.proposers.lowering import codegen, ir, library, space
 from agent.proposers.lowering.capture import InitSource, attr_assign, attr_expr
 from agent.proposers.lowering.codegen import FusionError, _Kernel
 from agent.proposers.lowering.lowerings import Program
@@ -78,6 +79,12 @@ def expand(program: Program, groups: list[Group], knobs: list[dict]) -> tuple[li
         if g.kind == "reduction":
             parts = split_reduction(program, g, k.get("split", 1))
         elif g.kind == "matmul":
+            if k.get("engine") == "library":
+                parts = library.split(program, g)
+                if parts:  # the library call and a pointwise epilogue; tile knobs no longer apply
+                    out_g += parts
+                    out_k += [{"kind": "library"}] + [space.defaults("pointwise")] * (len(parts) - 1)
+                    continue
             parts = split_k(program, g, k.get("split_k", 1))
         if not parts:
             out_g.append(g)
@@ -113,6 +120,10 @@ def _kernel(program: Program, g: Group, i: int, store: set, knobs: dict):
             g, kernel, store, bool(knobs.get("cache_hints", False)), str(knobs.get("order", "xr"))
         )
         template = "reduction.j2"
+    elif g.kind == "library":  # no kernel: the forward calls the library (library.py)
+        for name in sorted(library.buffers(program, g.head)):
+            kernel.use_buffer(name)
+        return kernel, None
     elif g.kind == "matmul":
         ctx = codegen.matmul_kernel(g, kernel, store, knobs.get("precision", "ieee"))
         template = "matmul.j2"
@@ -169,6 +180,8 @@ def _launch(program: Program, g: Group, kernel: _Kernel, knobs: dict) -> list[st
             f"    {kernel.name}[(triton.cdiv(_xn, _XB),)]({args}, XBLOCK=_XB, RBLOCK=_RB, SINGLE=_single, "
             f"INDEX64=_i64, num_warps={knobs['num_warps']})",
         ]
+    elif g.kind == "library":
+        lines += library.call(program, g.head) or []
     else:
         mm = g.head
         lines += [
@@ -239,12 +252,17 @@ def _wrapper(program: Program, groups: list[Group], kernels: list, knobs: list[d
     lines.append(
         '_dot = 0 if _dev.type == "cpu" else 1 if _fdt == torch.bfloat16 else 2 if _fdt == torch.float16 else 0'
     )
-    sizes = [py(ir.prod(b.shape)) for b in bufs.values() if b.kind != "scalar" and b.shape]
-    lines.append(f"_i64 = max([1{''.join(', ' + s for s in sizes)}]) >= 2 ** 31 - 1")
     needed = set()
     for kernel, _ in kernels:
         needed |= set(kernel.buffers)
     needed |= {name for name, _ in program.outputs}
+    # the buffers this configuration uses (a split's partials exist only in the configurations that split)
+    sizes = [
+        py(ir.prod(b.shape))
+        for b in bufs.values()
+        if b.kind != "scalar" and b.shape and (b.kind in ("input", "param", "attr") or b.name in needed)
+    ]
+    lines.append(f"_i64 = max([1{''.join(', ' + s for s in sizes)}]) >= 2 ** 31 - 1")
     for b in bufs.values():
         if b.kind in ("temp", "output") and b.name in needed:
             dtype = "_fdt" if b.storage == "float" else _TORCH_DTYPE[b.storage]
@@ -274,7 +292,7 @@ def _wrapper(program: Program, groups: list[Group], kernels: list, knobs: list[d
 def render(program: Program, init: InitSource, config: dict, header: str) -> tuple[str, list[Group]]:
     """The candidate source for one configuration, and the groups it was written with."""
     groups, kernels = plan_groups(program, config["fuse"])
-    knobs = config_groups(config, groups)
+    knobs = config_groups(config, groups, program)
     groups, knobs = expand(program, groups, knobs)
     kernels = _kernels(program, groups, knobs)
     combiners = set()
@@ -285,7 +303,7 @@ def render(program: Program, init: InitSource, config: dict, header: str) -> tup
         imports=list(init.imports),
         helpers=list(init.helpers),
         combiners=[codegen.COMBINERS[c] for c in sorted(combiners)],
-        kernels=[src for _, src in kernels],
+        kernels=[src for _, src in kernels if src is not None],
         init_signature=init.signature,
         init_body=init.body.rstrip("\n"),
         inputs=program.inputs,
@@ -294,8 +312,10 @@ def render(program: Program, init: InitSource, config: dict, header: str) -> tup
     return codegen.env().get_template("module.j2").render(**ctx) + "\n", groups
 
 
-def config_groups(config: dict, groups: list[Group]) -> list[dict]:
-    """The configuration's per-group knobs for these groups (defaults where kinds disagree)."""
+def config_groups(config: dict, groups: list[Group], program: Optional[Program] = None) -> list[dict]:
+    """The configuration's per-group knobs for these groups (defaults where kinds disagree). Knobs that
+    cannot change the kernel are set to one value, so two configurations that write the same kernels
+    are one point (and the search, seeing the same source, skips the second)."""
     given = config.get("groups", [])
     out = []
     for i, g in enumerate(groups):
@@ -303,8 +323,13 @@ def config_groups(config: dict, groups: list[Group]) -> list[dict]:
         k = space.validate_group(g.kind, k, partial=True)
         if k.get("order") == "rx" and _reduces_innermost(g):
             # the [kept, reduced] tile already reads along the contiguous dims: "rx" would only stride the
-            # lanes, so it is the same point as "xr" (and the search, seeing the same source, skips it)
+            # lanes, so it is the same point as "xr"
             k = {**k, "order": "xr"}
+        if k.get("engine") == "library" and program is not None:
+            if library.split(program, g) is None:  # no library call here: the Triton GEMM, as "triton"
+                k = {**k, "engine": "triton"}
+            else:  # the library picks its own tiles: the Triton tile knobs do not apply
+                k = {**space.defaults("matmul"), "engine": "library"}
         out.append(k)
     return out
 

@@ -150,6 +150,14 @@ SPACES: dict[str, tuple[Knob, ...]] = {
             "three TF32 passes keep near-fp32 accuracy at tensor-core speed",
             "IEEE fp32 products are exact to fp32 rounding",
         ),
+        Knob(
+            "engine",
+            ("triton", "library"),
+            "triton",
+            "the library's GEMM (cuBLAS through torch.matmul) with the epilogue in one Triton kernel: a labelled "
+            "hybrid, faster where cuBLAS beats the Triton tiles (library.py)",
+            "the Triton GEMM keeps the epilogue in the output tile: no round trip of the product through memory",
+        ),
     ),
 }
 
