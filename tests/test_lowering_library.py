@@ -123,3 +123,43 @@ def test_the_evaluator_passes_the_hybrid_and_labels_its_library_op(tmp_path: Pat
     result = evaluate(candidate, info, device="cpu", timeout_s=300, trials=1, sandbox="off")
     assert result.status.value == "passed", result.message
     assert result.hybrid and any("mm" in op for op in result.hybrid_ops), (result.hybrid, result.hybrid_ops)
+
+
+CONV = """
+import torch
+from torch import nn
+
+
+class Model(nn.Module):
+    def __init__(self, cin, cout, k):
+        super().__init__()
+        self.conv = nn.{conv}(cin, cout, k, stride=2, padding=1, groups=2)
+
+    def forward(self, x):
+        return torch.relu(self.conv(x)) * 0.5
+
+
+def get_inputs():
+    return [torch.randn({shape})]
+
+
+def get_init_inputs():
+    return [4, 6, 3]
+"""
+
+
+def test_a_library_convolution_is_cudnns_with_the_modules_arguments_and_its_bias_in_the_epilogue():
+    for conv, shape, fn in (
+        ("Conv2d", "2, 4, 9, 11", "torch.nn.functional.conv2d(in_"),
+        ("ConvTranspose1d", "2, 4, 7", "torch.nn.functional.conv_transpose1d(in_"),
+    ):
+        source = CONV.format(conv=conv, shape=shape)
+        low, config = _library(source, f"/tmp/{conv}.py")
+        assert [g.get("engine") for g in config["groups"] if g["kind"] == "matmul"] == ["library"]
+        cand, out, expected, flagged = run_lowered(source, config)
+        forward = cand[cand.index("def forward") :]
+        assert fn in forward and "None, " in forward.split(fn)[1].split("\n")[0]  # no bias in the library call
+        assert "groups=" in forward and "tl.dot" not in cand and cand.count("@triton.jit") == 1
+        assert flagged == {"aten.convolution.default": 1}
+        assert_close(out, expected)
+        assert out.shape == expected.shape

@@ -366,6 +366,10 @@ class MatmulTask(Task):
     # where (b.., m, n) lands in `out`, one expression per dim of out.shape; None: out is (batch.., m, n).
     # A convolution's GEMM writes (n, g*OCg + m, spatial(n)) straight into the conv output layout.
     out_index: Optional[tuple] = None
+    # The library call that computes the same product where one exists beside the index functions (a
+    # convolution of two plain buffers: ("conv" | "conv_t", x buffer, w buffer, keyword arguments)), for a
+    # hybrid's `engine="library"` (library.py); a matmul's views are read off a_body and b_body instead.
+    library: Optional[tuple] = None
 
     def __post_init__(self):
         self.kind = "matmul"

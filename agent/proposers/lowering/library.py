@@ -11,10 +11,12 @@ A hybrid is PyTorch compute in forward by design: the judge labels it (`hybrid_o
 and its share of the device time, evaluation/accounting.py), a ranking can leave hybrids out
 (`--no-hybrid`), and its Triton kernel must still do the problem's work. So "library" applies only
 where the contraction has a Triton consumer: its output is not one of the program's outputs (a bare
-GEMM written by cuBLAS would be refused as PyTorch's work, rightly). It also applies only where each
-operand is a buffer read at an affine index (the operand is then a strided view, no copy), and not to
-convolutions (their GEMM writes the conv layout through an index map). Elsewhere the knob falls back to
-the Triton GEMM, which renders the same source as "triton", so the search never evaluates it twice.
+GEMM written by cuBLAS would be refused as PyTorch's work, rightly). A matmul applies where each
+operand is a buffer read at an affine index (the operand is then a strided view, no copy); a
+convolution (or a transposed one) where its input and weight are plain buffers: it is then cuDNN's
+`conv{1,2,3}d` with the same stride, padding, dilation and groups, and its bias stays in the Triton
+epilogue. Elsewhere the knob falls back to the Triton GEMM, which renders the same source as "triton",
+so the search never evaluates it twice.
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ def _operand(program, body, variables: list) -> Optional[tuple[str, list, list, 
 def split(program, g: Group) -> Optional[list[Group]]:
     """The two groups a library contraction becomes, or None where it does not apply (module docstring)."""
     mm = g.head
-    if not isinstance(mm, MatmulTask) or mm.out_index is not None:
+    if not isinstance(mm, MatmulTask) or (mm.out_index is not None and mm.library is None):
         return None
     if mm.out.name in {name for name, _ in program.outputs}:
         return None
@@ -74,8 +76,35 @@ def split(program, g: Group) -> Optional[list[Group]]:
     return parts
 
 
+def _conv_call(program, mm: MatmulTask) -> Optional[list[str]]:
+    """A convolution of two plain buffers (MatmulTask.library): cuDNN's result, in float32 and contiguous
+    (the layout the implicit GEMM writes), bound to the product's buffer name for the kernels after it."""
+    kind, x, w, args = mm.library
+    for name in (x, w):
+        buf = program.buffers.get(name)
+        if buf is None or buf.kind not in _VIEWABLE or buf.storage not in ("float", "float32"):
+            return None
+    nd = len(program.buffers[w].shape) - 2
+    if nd not in (1, 2, 3):
+        return None
+    kw = ", ".join(
+        f"{k}=({''.join(_py(v) + ', ' for v in value)})" if isinstance(value, tuple) else f"{k}={_py(value)}"
+        for k, value in args
+    )
+    fn = f"torch.nn.functional.conv{nd}d" if kind == "conv" else f"torch.nn.functional.conv_transpose{nd}d"
+    return [
+        f"{mm.out.name} = {fn}({x}, {w}, None, {kw}).to(torch.float32).contiguous()  # the library's convolution "
+        "(a hybrid, library.py)"
+    ]
+
+
 def call(program, mm: MatmulTask) -> Optional[list[str]]:
-    """The forward's lines that compute the contraction into its buffer with `torch.matmul`."""
+    """The forward's lines that compute the contraction into its buffer: `torch.matmul` on views of the
+    operands, or the library's convolution."""
+    if mm.library is not None:
+        return _conv_call(program, mm)
+    if mm.out_index is not None:
+        return None
     bv = ir.index_vars("b", len(mm.batch))
     vm, vn, vk = (sympy.Symbol(s, integer=True, nonnegative=True) for s in ("mm_m", "mm_n", "mm_k"))
     a = _operand(program, mm.a_body, list(bv) + [vm, vk])

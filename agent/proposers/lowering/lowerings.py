@@ -1070,8 +1070,11 @@ def _conv(lw, node, x, w, bias, stride, padding, dilation, groups):
     out_shape = [n_, oc] + outs
     buf = lw.program.new_buffer(out_shape, "float32")
     coords = tuple([b0, och] + unflatten(vn, outs))
+    call = _library_conv(x, w, "conv", stride=s, padding=p, dilation=dl, groups=g)
     out = lw.program.add(
-        MatmulTask(out=buf, batch=(n_, g), m=ocg, n=ndim, k=kdim, a_body=a_body, b_body=b_body, out_index=coords)
+        MatmulTask(
+            out=buf, batch=(n_, g), m=ocg, n=ndim, k=kdim, a_body=a_body, b_body=b_body, out_index=coords, library=call
+        )
     )
     if bias is None:
         return out
@@ -1082,6 +1085,14 @@ def _conv(lw, node, x, w, bias, stride, padding, dilation, groups):
 
 
 LOWERINGS["kscout::conv"] = _conv
+
+
+def _library_conv(x, w, kind: str, **kwargs) -> Optional[tuple]:
+    """The convolution as a library call (MatmulTask.library) where input and weight are plain buffers."""
+    if not (isinstance(x, BufferValue) and isinstance(w, BufferValue)):
+        return None
+    args = tuple((k, tuple(v) if isinstance(v, (list, tuple)) else v) for k, v in sorted(kwargs.items()))
+    return (kind, x.buffer.name, w.buffer.name, args)
 
 
 def _conv_t(lw, node, x, w, bias, stride, padding, output_padding, dilation, groups):
@@ -1138,8 +1149,19 @@ def _conv_t(lw, node, x, w, bias, stride, padding, output_padding, dilation, gro
     out_shape = [n_, oc] + outs
     buf = lw.program.new_buffer(out_shape, "float32")
     coords = tuple([b0, b1 * ocg + vm] + unflatten(vn, outs))
+    call = _library_conv(x, w, "conv_t", stride=s, padding=p, output_padding=op, groups=g, dilation=dl)
     out = lw.program.add(
-        MatmulTask(out=buf, batch=(n_, g), m=ocg, n=prod(outs), k=kdim, a_body=a_body, b_body=b_body, out_index=coords)
+        MatmulTask(
+            out=buf,
+            batch=(n_, g),
+            m=ocg,
+            n=prod(outs),
+            k=kdim,
+            a_body=a_body,
+            b_body=b_body,
+            out_index=coords,
+            library=call,
+        )
     )
     if bias is None:
         return out

@@ -263,8 +263,10 @@ def _wrapper(program: Program, groups: list[Group], kernels: list, knobs: list[d
         if b.kind != "scalar" and b.shape and (b.kind in ("input", "param", "attr") or b.name in needed)
     ]
     lines.append(f"_i64 = max([1{''.join(', ' + s for s in sizes)}]) >= 2 ** 31 - 1")
+    # a library convolution binds its result to its buffer's name (library.py): nothing to allocate
+    bound_by_library = {g.head.out.name for g in groups if g.kind == "library" and g.head.library is not None}
     for b in bufs.values():
-        if b.kind in ("temp", "output") and b.name in needed:
+        if b.kind in ("temp", "output") and b.name in needed and b.name not in bound_by_library:
             dtype = "_fdt" if b.storage == "float" else _TORCH_DTYPE[b.storage]
             shape = "(" + "".join(f"{py(s)}, " for s in b.shape) + ")"
             lines.append(f"{b.name} = torch.empty({shape}, device=_dev, dtype={dtype})")
