@@ -138,6 +138,10 @@ def winners(plan: Plan, store, runs: dict[str, str], *, no_hybrid: bool = False)
         kernel = s.best if s.timed else s.in_hand
         row = plan.rows[name]
         update: dict[str, Any] = {"run_id": run_id}
+        slower = reference_is_faster(kernel) if s.timed and kernel is not None else None
+        if slower is not None:  # the region keeps its reference ops: a kernel may only make the model faster
+            update.update(reason=slower)
+            kernel = None
         if kernel is not None:
             source = store.get_candidate(kernel.candidate_id, run_id=run_id).source
             e = plan.extracted[name]
@@ -145,6 +149,20 @@ def winners(plan: Plan, store, runs: dict[str, str], *, no_hybrid: bool = False)
             update.update(kernel=kernel.candidate_id, schedule=_schedule(source))
         plan.rows[name] = row.model_copy(update=update)
     return out
+
+
+def reference_is_faster(kernel) -> Optional[str]:
+    """Why a region's best timed kernel is not taken (its reference ops are faster), or None. The reference
+    path of the assembled model runs the region's aten ops eagerly, so a kernel whose geomean over the
+    timed cases is below 1x eager would slow the model down: falling below what the user already has."""
+    across = kernel.verdict.vs("eager") if kernel.verdict is not None else None
+    if across is None or across.geomean.ratio >= 1.0:
+        return None
+    g = across.geomean
+    return (
+        f"kept the reference ops: its best kernel was {g.ratio:.2f}x eager [{g.low:.2f}, {g.high:.2f}] "
+        f"over {across.cases} timed case(s)"
+    )
 
 
 def _schedule(source: str) -> Optional[str]:

@@ -22,7 +22,7 @@ class RegionRow(Frozen):
     time_us: float  # profiled, one forward (device time on a GPU, CPU self time on a CPU)
     share: float  # of the regions' time, before
     state: Literal["searched", "cold", "reference", "not_lowered"]
-    reason: Optional[str] = None  # why a region was not searched
+    reason: Optional[str] = None  # why a region was not searched, or why it kept its reference ops
     problem_path: Optional[str] = None
     budget: int = 0  # evaluations, fixed before the searches start
     run_id: Optional[str] = None
