@@ -163,3 +163,28 @@ def test_a_library_convolution_is_cudnns_with_the_modules_arguments_and_its_bias
         assert flagged == {"aten.convolution.default": 1}
         assert_close(out, expected)
         assert out.shape == expected.shape
+
+
+def test_under_no_hybrid_the_seed_proposes_no_library_contraction(tmp_path):
+    source = _gemm(
+        "torch.relu(torch.matmul(a, b)) + 1.0",
+        "[torch.randn(M, K), torch.randn(K, N)]",
+        "M = 1024\nK = 2048\nN = 768\n",
+    )
+    problem = problem_info(tmp_path, "gemm_relu", source)
+    low = lower_source(source, problem.source_path)
+    request = ProposeRequest(
+        problem=problem,
+        device="cuda",
+        arch="sm_90",
+        device_name="NVIDIA H100 80GB HBM3",
+        action=Action.seed,
+        n=40,
+        hybrids=False,
+    )
+    result = LoweringSearch(low).propose(request)
+    assert len(result.proposals) >= 20
+    assert all(
+        g.get("engine") == "triton" for p in result.proposals for g in p.knobs["groups"] if g["kind"] == "matmul"
+    )
+    assert all("torch.matmul(" not in p.source.split("def forward")[1] for p in result.proposals)

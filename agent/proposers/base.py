@@ -49,6 +49,9 @@ class ProposeRequest(Frozen):
     context_text: str = ""  # rendered knowledge context (hardware, constraints, outcomes, failures)
     seed_hints: tuple[dict[str, Any], ...] = ()  # knob settings that worked before on similar devices
     rng_seed: int = 0
+    # whether a hybrid (PyTorch compute beside the Triton kernels) can win this search: False under
+    # --no-hybrid, where the lowering proposes no library contraction (agent/proposers/lowering/library.py)
+    hybrids: bool = True
 
 
 class Proposal(Frozen):

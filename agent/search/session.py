@@ -420,6 +420,7 @@ class Session:
             context_text=context_text,
             seed_hints=hints,
             rng_seed=self.config.seed * 1_000_003 + len(self.candidates),
+            hybrids=not self.config.no_hybrid,
         )
         result = self.proposer.propose(request)
         self.cost_usd += result.cost_usd

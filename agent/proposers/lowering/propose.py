@@ -318,6 +318,8 @@ class LoweringSearch:
         for config, rationale, tags in candidates:
             try:
                 config = _normal(self.lowered, config)
+                if not request.hybrids and any(g.get("engine") == "library" for g in config["groups"]):
+                    continue  # --no-hybrid: a library contraction could never be the search's pick
                 source = self.lowered.render(config)
             except (LoweringError, space.KnobError) as exc:
                 return ProposeResult(
