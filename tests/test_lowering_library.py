@@ -188,3 +188,15 @@ def test_under_no_hybrid_the_seed_proposes_no_library_contraction(tmp_path):
         g.get("engine") == "triton" for p in result.proposals for g in p.knobs["groups"] if g["kind"] == "matmul"
     )
     assert all("torch.matmul(" not in p.source.split("def forward")[1] for p in result.proposals)
+
+
+def test_the_coverage_csv_names_a_hybrids_library_contraction():
+    from agent.search.coverage import schedule_label
+
+    knobs = {
+        "schedule": "lowering",
+        "fuse": {},
+        "groups": [{"kind": "matmul", "engine": "library"}, {"kind": "row"}, {"kind": "matmul", "engine": "triton"}],
+    }
+    assert schedule_label(knobs, "lowering/matmul+row+matmul.j2") == "matmul[library]+row+matmul"
+    assert schedule_label({"block_m": 64}, "matmul.j2") == "family:matmul"

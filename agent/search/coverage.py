@@ -144,8 +144,6 @@ def _number(p: Path) -> int:
 
 
 def _schedule(store, run_id: str, cid: Optional[str]) -> str:
-    from agent.proposers.lowering.propose import schedule_kind
-
     cands = {c.candidate_id: c for c in store.candidates(run_id)}
     c = cands.get(cid) if cid else next(iter(cands.values()), None)
     if c is None:
@@ -154,11 +152,22 @@ def _schedule(store, run_id: str, cid: Optional[str]) -> str:
         knobs = json.loads(c.knobs_json or "{}")
     except ValueError:
         knobs = {}
-    kind = schedule_kind(knobs, c.prompt_template)
-    if kind and (c.prompt_template or "").startswith("lowering/"):
-        return kind
-    stem = (c.prompt_template or "").removesuffix(".j2")
-    return f"family:{stem}" if stem else (kind or c.proposer)
+    return schedule_label(knobs, c.prompt_template) or c.proposer
+
+
+def schedule_label(knobs: dict, template: Optional[str]) -> str:
+    """A candidate's schedule for the CSV: the lowering's kinds ("matmul+row", a hybrid's library
+    contraction as "matmul[library]": agent/proposers/lowering/library.py), or "family:<template>"."""
+    from agent.proposers.lowering.propose import schedule_kind
+
+    kind = schedule_kind(knobs, template)
+    if kind and (template or "").startswith("lowering/"):
+        groups = [g for g in knobs.get("groups", []) if isinstance(g, dict)]
+        return "+".join(
+            f"{g.get('kind')}[library]" if g.get("engine") == "library" else str(g.get("kind")) for g in groups
+        )
+    stem = (template or "").removesuffix(".j2")
+    return f"family:{stem}" if stem else (kind or "")
 
 
 def summarize_run(store, run_id: str, errors: list[str]) -> dict:
