@@ -200,3 +200,12 @@ def test_the_coverage_csv_names_a_hybrids_library_contraction():
     }
     assert schedule_label(knobs, "lowering/matmul+row+matmul.j2") == "matmul[library]+row+matmul"
     assert schedule_label({"block_m": 64}, "matmul.j2") == "family:matmul"
+
+
+def test_a_hybrids_kernel_file_declares_the_library_precision_beside_any_dot():
+    from agent.search.precision import LIBRARY, dot_precisions
+
+    source = _gemm("torch.relu(torch.matmul(a, b)) + 1.0", "[torch.randn(M, K), torch.randn(K, N)]")
+    low, config = _library(source)
+    assert dot_precisions(low.render(config)) == (LIBRARY,)
+    assert dot_precisions(low.render(_normal(low, low.default_config()))) == ("ieee",)

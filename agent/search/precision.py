@@ -36,9 +36,28 @@ def _label(call: ast.Call) -> str:
     return DEFAULT
 
 
+# A hybrid's library contraction (agent/proposers/lowering/library.py): the precision is torch's
+LIBRARY = (
+    "library (cuBLAS/cuDNN through torch, at torch's float32 precision: IEEE unless the process allows TF32)"
+)
+_LIBRARY_CALLS = (
+    "torch.matmul",
+    "torch.mm",
+    "torch.bmm",
+    "torch.nn.functional.linear",
+    "torch.nn.functional.conv1d",
+    "torch.nn.functional.conv2d",
+    "torch.nn.functional.conv3d",
+    "torch.nn.functional.conv_transpose1d",
+    "torch.nn.functional.conv_transpose2d",
+    "torch.nn.functional.conv_transpose3d",
+)
+
+
 def dot_precisions(source: str) -> tuple[str, ...]:
-    """The distinct precisions of the source's `tl.dot` calls, in source order; () where it has none
-    (or does not parse: the judge says why elsewhere)."""
+    """The distinct precisions of the source's `tl.dot` calls, in source order, then `LIBRARY` where it
+    calls a library contraction; () where it has neither (or does not parse: the judge says why
+    elsewhere)."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
@@ -47,4 +66,7 @@ def dot_precisions(source: str) -> tuple[str, ...]:
         (n for n in ast.walk(tree) if isinstance(n, ast.Call) and _is_dot(n.func)),
         key=lambda n: (n.lineno, n.col_offset),
     )
-    return tuple(dict.fromkeys(_label(c) for c in calls))
+    labels = [_label(c) for c in calls]
+    if any(isinstance(n, ast.Call) and ast.unparse(n.func) in _LIBRARY_CALLS for n in ast.walk(tree)):
+        labels.append(LIBRARY)
+    return tuple(dict.fromkeys(labels))
