@@ -37,9 +37,7 @@ def _label(call: ast.Call) -> str:
 
 
 # A hybrid's library contraction (agent/proposers/lowering/library.py): the precision is torch's
-LIBRARY = (
-    "library (cuBLAS/cuDNN through torch, at torch's float32 precision: IEEE unless the process allows TF32)"
-)
+LIBRARY = "library (cuBLAS/cuDNN through torch, at torch's float32 precision: IEEE unless the process allows TF32)"
 _LIBRARY_CALLS = (
     "torch.matmul",
     "torch.mm",
