@@ -103,10 +103,16 @@ def _compare_one(act: Any, exp: Any, case_dtype: str, tol: Tolerance, k: int, mu
 CHUNK = 1 << 22
 # From this many elements a float output on the GPU is judged in one pass (evaluation/judge_kernel.py).
 FUSED_MIN_ELEMENTS = 1 << 16
+# An output the worker's slot copied to the host (evaluation/shared.py, HOST_READ_BYTES) and a reference
+# of at most this many elements on the GPU are compared on the host: the reference comes over once,
+# where the PyTorch passes on the GPU copied the output in and launched a dozen kernels, each a wait
+# for a turn on a device that a check's worker keeps busy (correctness.HOST_JUDGE_ELEMENTS alike).
+HOST_COMPARE_ELEMENTS = 1 << 19
 
 
 # How this process judged its outputs, by path ("fused" on the GPU, "fused-failed ExcName", "torch cuda",
-# "torch cpu"; "from cpu" where the output crossed to the reference's GPU in chunks): one line of
+# "torch cpu"; "from cpu" where the output crossed to the reference's GPU in chunks, "(reference moved)"
+# where a small reference came to the host output, HOST_COMPARE_ELEMENTS): one line of
 # `kscout eval --phases` (evaluation/phases.py) says whether the one-pass kernel did the judging.
 PATHS: collections.Counter[str] = collections.Counter()
 _PATHS_LOCK = threading.Lock()
@@ -124,8 +130,11 @@ def _stream(act, exp, tol: Tolerance, k: int, where: str, meta: dict, *, exact: 
     one piece; chunked, the judge needs a few GiB at any size, and the candidate's output moves to
     the device a chunk at a time. Sums of squares and maxima combine across chunks exactly as over the
     whole (maxima bit for bit; the norms to rounding)."""
-    dev = exp.device
     numel = exp.numel()
+    moved = act.device.type == "cpu" and exp.device.type != "cpu" and numel <= HOST_COMPARE_ELEMENTS
+    if moved:
+        exp = exp.cpu()
+    dev = exp.device
     flat_a, flat_e = act.reshape(-1), exp.reshape(-1)
     if not exact and numel >= FUSED_MIN_ELEMENTS and judge_kernel.applies(act, exp):
         try:
@@ -136,7 +145,10 @@ def _stream(act, exp, tol: Tolerance, k: int, where: str, meta: dict, *, exact: 
         if fused is not None:
             _count("fused")
             return _verdict(fused, flat_a, flat_e, exp, tol, k, where, meta, exact)
-    _count(f"torch {dev.type}" + (f" from {act.device.type}" if act.device != dev else ""))
+    _count(
+        f"torch {dev.type}"
+        + (f" from {act.device.type}" if act.device != dev else " (reference moved)" if moved else "")
+    )
     zero = torch.zeros((), dtype=torch.float64, device=dev)
     count = torch.zeros((), dtype=torch.int64, device=dev)
     nonfinite = torch.zeros((), dtype=torch.int64, device=dev)

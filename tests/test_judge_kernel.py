@@ -128,3 +128,23 @@ def test_only_float_outputs_beside_a_float64_reference_on_one_gpu_take_the_kerne
     assert not judge_kernel.applies(exp.to(torch.float32), exp)  # on the host: the PyTorch passes
     assert not judge_kernel.applies(torch.zeros(8, dtype=torch.int32), exp)
     assert not judge_kernel.applies(exp.to(torch.float32), exp.to(torch.float32))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_small_host_output_is_judged_on_the_host_with_the_verdict_of_the_device_path():
+    """An output the shared slot copied to the host meets its small reference there (one copy back), and
+    the verdict, errors and first mismatch are those of the comparison on the GPU."""
+    exp = torch.randn(7, 1000, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    act = (exp + 1e-7).to(torch.float32)
+    act.view(-1)[1234] += 0.5
+    compare.PATHS.clear()
+    on_host = compare._stream(act, exp.cuda(), TOL, 0, "", {}, exact=False)
+    assert compare.PATHS == {"torch cpu (reference moved)": 1}
+    on_device = compare._stream(act.cuda(), exp.cuda(), TOL, 0, "", {}, exact=False)
+    _assert_same_verdict(on_device, on_host)
+    assert on_host.first_mismatch.index == tuple(int(i) for i in divmod(1234, exp.shape[1]))
+    big = torch.zeros(compare.HOST_COMPARE_ELEMENTS + 1, dtype=torch.float64)
+    compare.PATHS.clear()
+    assert compare._stream(big.float(), big.cuda(), TOL, 0, "", {}, exact=False).passed
+    assert compare.PATHS == {"torch cuda from cpu": 1}  # a large reference stays where it is
