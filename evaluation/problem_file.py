@@ -75,11 +75,22 @@ def literal_int(node: ast.AST) -> int | None:
 
 
 def _assignment(node: ast.stmt) -> tuple[str, ast.AST] | None:
-    if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-        return node.targets[0].id, node.value
+    """(name, value) of a module-level constant. A chained one (`height = width = 256`, 13 KernelBench
+    dev files) is one slot named by its first target: its names share one value node, so a rebinding
+    sizes them together, as the file declares them equal."""
+    if isinstance(node, ast.Assign) and node.targets and all(isinstance(t, ast.Name) for t in node.targets):
+        return node.targets[0].id, node.value  # type: ignore[attr-defined]
     if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
         return node.target.id, node.value
     return None
+
+
+def _targets(node: ast.stmt) -> set[str]:
+    if isinstance(node, ast.Assign):
+        return {t.id for t in node.targets if isinstance(t, ast.Name)}
+    if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+        return {node.target.id}
+    return set()
 
 
 def size_slots(tree: ast.Module) -> dict[str, int]:
@@ -90,7 +101,8 @@ def size_slots(tree: ast.Module) -> dict[str, int]:
         if assigned is None:
             continue
         name, value = assigned
-        for key in [k for k in found if SLOT.match(k).group(1) == name]:
+        names = _targets(node)
+        for key in [k for k in found if SLOT.match(k).group(1) in names]:
             del found[key]  # a later assignment of the same name is the one that counts
         scalar = literal_int(value)
         if scalar is not None:

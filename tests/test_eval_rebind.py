@@ -132,3 +132,46 @@ def test_the_lowering_mirrors_a_module_level_size_and_its_candidate_passes_every
     result = evaluate(candidate, info, device="cpu", trials=1)
     assert result.status is Status.passed, result.message
     assert {r.case_id.split(",")[0] for r in result.shape_results} >= {"batch_size=1", "batch_size=97"}
+
+
+CHAINED = textwrap.dedent(
+    '''
+    import torch
+    from torch import nn
+
+    batch_size = 16
+    height = width = 256
+    width2 = 3
+
+
+    class Model(nn.Module):
+        def forward(self, x):
+            return x.mean(dim=(2, 3))
+
+
+    def get_inputs():
+        return [torch.randn(batch_size, 2, height, width)]
+
+
+    def get_init_inputs():
+        return []
+    '''
+)
+
+
+def test_a_chained_size_constant_is_one_slot_and_its_derived_cases_shrink_both_names(tmp_path):
+    """`height = width = 256` (13 KernelBench dev files): one slot named `height` whose rebinding sizes
+    both names, so a CPU case is no longer stuck at 256 x 256 under the interpreter."""
+    import ast
+
+    from evaluation.problem_file import exec_problem_source, size_slots
+
+    assert size_slots(ast.parse(CHAINED)) == {"batch_size": 16, "height": 256, "width2": 3}
+    module = exec_problem_source(CHAINED, "chained.py", {"height": 6})
+    assert (module.height, module.width) == (6, 6)
+    assert module.get_inputs()[0].shape == (16, 2, 6, 6)
+    path = tmp_path / "chained.py"
+    path.write_text(CHAINED)
+    info = load_problem(str(path), "cpu")
+    small = [c for c in info.shape_cases if "big" not in c.tags]
+    assert small and all(c.params["height"] < 256 for c in small)
