@@ -135,7 +135,7 @@ def test_the_lowering_mirrors_a_module_level_size_and_its_candidate_passes_every
 
 
 CHAINED = textwrap.dedent(
-    '''
+    """
     import torch
     from torch import nn
 
@@ -155,7 +155,7 @@ CHAINED = textwrap.dedent(
 
     def get_init_inputs():
         return []
-    '''
+    """
 )
 
 
