@@ -30,7 +30,6 @@ from agent.proposers.lowering.ir import FLOATS, Load, MatmulTask, PointwiseTask
 from agent.proposers.lowering.printer import sympy_text
 from agent.proposers.lowering.schedule import Group
 
-ENGINES = ("triton", "library")
 _VIEWABLE = ("input", "param", "attr", "temp", "output")
 
 
@@ -114,11 +113,12 @@ def call(program, mm: MatmulTask) -> Optional[list[str]]:
     sizes_a = list(mm.batch) + [mm.m, mm.k]
     sizes_b = list(mm.batch) + [mm.k, mm.n]
 
-    def view(op, sizes) -> str:
+    def view(op, sizes) -> str:  # as_strided counts from the storage's start: a view's own offset is added
         name, _, strides, offset = op
         return (
             f"torch.as_strided({name}, ({''.join(_py(s) + ', ' for s in sizes)}), "
-            f"({''.join(_py(s) + ', ' for s in strides)}), {_py(offset)}).to(torch.float32)"
+            f"({''.join(_py(s) + ', ' for s in strides)}), {name}.storage_offset() + {_py(offset)})"
+            ".to(torch.float32)"
         )
 
     out_shape = "(" + "".join(_py(s) + ", " for s in list(mm.batch) + [mm.m, mm.n]) + ")"
