@@ -52,7 +52,10 @@ def test_default_rows_cover_the_issue_table():
     rows = {peers.row_id(op, p) for op, p in peers.DEFAULT_ROWS}
     for op in ("layernorm", "rmsnorm", "add_rmsnorm", "softmax", "log_softmax"):
         assert f"{op}:M=16,N=4194304" in rows and f"{op}:M=16384,N=8192" in rows
-    assert "cross_entropy:M=8192,V=128256" in rows and "matmul_epilogue:M=8192,K=8192,N=8192" in rows
+    assert "cross_entropy:M=8192,V=128256" in rows
+    # issue 24's tensor-core line: bf16 GEMM at 8192^3, 4096^3 and 1024x8192x8192 beside cuBLAS
+    for mkn in ("M=8192,K=8192,N=8192", "M=4096,K=4096,N=4096", "M=1024,K=8192,N=8192"):
+        assert f"matmul_epilogue:{mkn}" in rows
 
 
 def test_on_the_cpu_kernels_are_checked_and_a_wrong_one_is_reported_not_timed(tmp_path):

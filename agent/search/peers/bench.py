@@ -39,7 +39,8 @@ PROBLEMS = ROOT / "evaluation" / "problems"
 KERNELS = Path(__file__).resolve().parent / "kernels"
 
 # The rows of issue 12: each op at its largest declared case, a 16384x8192-class case, and (norms and
-# softmaxes) a few very long rows; cross-entropy at a 128k vocabulary; the matmul at 8192^3.
+# softmaxes) a few very long rows; cross-entropy at a 128k vocabulary; the matmul at 8192^3, 4096^3 and
+# 1024x8192x8192 (issue 24's tensor-core line: TFLOP/s beside cuBLAS's torch.matmul, in the same process).
 _NORMS = ("layernorm", "rmsnorm", "add_rmsnorm")
 _SOFTMAXES = ("softmax", "log_softmax")
 DEFAULT_ROWS: tuple[tuple[str, dict[str, int]], ...] = (
@@ -53,6 +54,8 @@ DEFAULT_ROWS: tuple[tuple[str, dict[str, int]], ...] = (
     ("cross_entropy", {"M": 16384, "V": 32000}),
     *[(op, p) for op in ("swiglu", "geglu") for p in ({"M": 16384, "N": 14336}, {"M": 16384, "N": 8192})],
     ("matmul_epilogue", {"M": 8192, "K": 8192, "N": 8192}),
+    ("matmul_epilogue", {"M": 4096, "K": 4096, "N": 4096}),
+    ("matmul_epilogue", {"M": 1024, "K": 8192, "N": 8192}),
     ("matmul_epilogue", {"M": 8192, "K": 4096, "N": 14336}),
 )
 PROVIDERS = ("eager", "torch_compile", "max_autotune", "kernel")
