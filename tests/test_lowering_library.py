@@ -92,18 +92,28 @@ def test_tile_knobs_do_not_split_library_configurations_and_the_move_is_offered(
     assert low.render(_normal(low, one)) == low.render(_normal(low, other))
 
 
-def test_the_gpu_seed_measures_the_hybrid_in_its_first_batch(tmp_path):
+def _gpu_seed(tmp_path, n: int, hybrids: bool = True):
+    """The GPU seed of relu(a @ b) + 1 at 1024 x 2048 x 768 (a GEMM with an epilogue: the hybrid applies)."""
     source = _gemm(
         "torch.relu(torch.matmul(a, b)) + 1.0",
         "[torch.randn(M, K), torch.randn(K, N)]",
         "M = 1024\nK = 2048\nN = 768\n",
     )
     problem = problem_info(tmp_path, "gemm_relu", source)
-    low = lower_source(source, problem.source_path)
     request = ProposeRequest(
-        problem=problem, device="cuda", arch="sm_90", device_name="NVIDIA H100 80GB HBM3", action=Action.seed, n=8
+        problem=problem,
+        device="cuda",
+        arch="sm_90",
+        device_name="NVIDIA H100 80GB HBM3",
+        action=Action.seed,
+        n=n,
+        hybrids=hybrids,
     )
-    result = LoweringSearch(low).propose(request)
+    return LoweringSearch(lower_source(source, problem.source_path)).propose(request)
+
+
+def test_the_gpu_seed_measures_the_hybrid_in_its_first_batch(tmp_path):
+    result = _gpu_seed(tmp_path, 8)
     engines = [g["engine"] for p in result.proposals for g in p.knobs["groups"] if g["kind"] == "matmul"]
     assert engines.count("library") == 1 and engines.index("library") <= 3
     hybrid = result.proposals[engines.index("library")]
@@ -166,23 +176,7 @@ def test_a_library_convolution_is_cudnns_with_the_modules_arguments_and_its_bias
 
 
 def test_under_no_hybrid_the_seed_proposes_no_library_contraction(tmp_path):
-    source = _gemm(
-        "torch.relu(torch.matmul(a, b)) + 1.0",
-        "[torch.randn(M, K), torch.randn(K, N)]",
-        "M = 1024\nK = 2048\nN = 768\n",
-    )
-    problem = problem_info(tmp_path, "gemm_relu", source)
-    low = lower_source(source, problem.source_path)
-    request = ProposeRequest(
-        problem=problem,
-        device="cuda",
-        arch="sm_90",
-        device_name="NVIDIA H100 80GB HBM3",
-        action=Action.seed,
-        n=40,
-        hybrids=False,
-    )
-    result = LoweringSearch(low).propose(request)
+    result = _gpu_seed(tmp_path, 40, hybrids=False)
     assert len(result.proposals) >= 20
     assert all(
         g.get("engine") == "triton" for p in result.proposals for g in p.knobs["groups"] if g["kind"] == "matmul"
