@@ -1,9 +1,10 @@
 """How much device memory one check of a problem needs, estimated on meta tensors before it runs.
 
 Checks that share a GPU (an executor's lanes, agent/search/executors/local.py) were bounded by count
-only. Three softmax checks side by side need a few GB; three checks of a 32768 x 32768 GEMM output
-need over 60 GB, and beside a parent's references they left too little for the next worker's CUDA
-context. Checks of such problems now wait for the memory as well as for a lane.
+only. Three softmax checks side by side need a few GB; one check of a 32768 x 32768 GEMM output
+needs about 13 GB, and heavy checks of several searches side by side, beside the parent's references,
+can leave too little for the next worker's CUDA context. Checks now wait for the memory as well as for
+a lane.
 
 The estimate follows one forward per declared case on the meta device (the model built and called
 there; nothing is allocated or run): the bytes of the parameters, of one set of inputs in the case's

@@ -14,9 +14,9 @@ or $KSCOUT_GPU_LANES). Every check of a batch starts at once and compiles its Tr
 CPU (one call per case, nothing judged); only then does it wait for a lane, and its battery runs
 inside one (`_Lane`). Lanes are weighed as well as counted: a check takes one only while the checks
 holding lanes need at most `lane_capacity()` of device memory together, each by its problem's
-estimate (evaluation/footprint.py). Three softmax checks fit many times over; three checks of a
-32768 x 32768 GEMM output do not, and beside the parent's references the next worker could not make
-its CUDA context. A check that would hold the device alone is always let in.
+estimate (evaluation/footprint.py). Three softmax checks fit many times over; a check of a 32768 x
+32768 GEMM output takes about 13 GB, and heavy checks of several searches together must not leave the
+next worker without room for its CUDA context. A check that would hold the device alone is always let in.
 
 Cancelling (Ctrl-C) drops queued checks and kills the worker processes this executor started, so an
 interrupted search exits in seconds, not after its running evaluations time out.
