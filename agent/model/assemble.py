@@ -122,17 +122,19 @@ def assemble(traced: Traced, regions: list[Region], free: set, winners: dict[str
     init = cap.init
     parts = [f'"""{title}"""', "", "import torch", "import torch.nn as nn", "import torch.nn.functional as F"]
     parts += [*init.imports, "", _runtime(), _REGION_CALL, extract.helpers_source(), *init.helpers]
+    emitted: set[str] = set()
     for r in regions:
         lines, outs = extract.body(r, [f"a{i}" for i in range(len(r.inputs))], meta, free)
         head = [f"def _{r.name}_reference({', '.join(f'a{i}' for i in range(len(r.inputs)))}):"]
         head.append(f"    _dev = {'a0.device' if r.inputs else 'torch.device(' + repr('cpu') + ')'}")
         parts.append("\n".join(head + [f"    {x}" for x in lines] + [f"    return ({', '.join(outs)},)"]))
         w = winners.get(r.name)
-        if w is not None:
-            parts.append(prefixed(w.source, f"_{r.name}_"))
-            parts.append(f"_{r.name}_SPEC = {_spec(w)!r}")
+        if w is not None and w.region not in emitted:  # regions that share a search share its kernel's source
+            emitted.add(w.region)
+            parts.append(prefixed(w.source, f"_{w.region}_"))
+            parts.append(f"_{w.region}_SPEC = {_spec(w)!r}")
     body = init.body.rstrip("\n") + "\n"
-    body += "".join(f"        self._kscout_{name} = _{name}_ModelNew()\n" for name in winners)
+    body += "".join(f"        self._kscout_{name} = _{w.region}_ModelNew()\n" for name, w in winners.items())
     forward = _forward(traced, regions, free, winners)
     parts.append(f"class ModelNew(nn.Module):\n    def __init__({init.signature}):\n{body}\n{forward}")
     return "\n\n\n".join(parts) + "\n"
@@ -162,7 +164,7 @@ def _forward(traced: Traced, regions: list[Region], free: set, winners: dict[str
     for r in regions:
         args = ", ".join(names[a] for a in r.inputs)
         call = (
-            f"_kscout_region(self._kscout_{r.name}, _{r.name}_reference, _{r.name}_SPEC, ({args}{',' if len(r.inputs) == 1 else ''}))"
+            f"_kscout_region(self._kscout_{r.name}, _{r.name}_reference, _{winners[r.name].region}_SPEC, ({args}{',' if len(r.inputs) == 1 else ''}))"
             if r.name in winners
             else f"_{r.name}_reference({args})"
         )

@@ -83,7 +83,8 @@ def render(report) -> None:
     for r in report.regions:
         kernel = f"{r.kernel[:12]} {r.schedule or ''}".strip() if r.kernel else "reference ops"
         speed = f"{r.speedup:.3g}x" if r.speedup is not None else "not measured" if r.kernel else "-"
-        state = r.state if r.reason is None else f"{r.state}: {r.reason}"
+        state = r.state + (f" (with {r.same_as})" if r.same_as else "")
+        state += f": {r.reason}" if r.reason else ""
         t.add_row(
             r.name, r.kind, ", ".join(dict.fromkeys(r.ops)), f"{r.share:.1%}", state, kernel, r.judged or "-", speed
         )

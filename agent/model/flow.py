@@ -5,6 +5,11 @@ split by share among the hot regions (lowered, share >= `min_share`), at least o
 plan (each region's budget, stall limit, target) is fixed and returned before any search starts, and
 each search writes its stop rule with its run, as every search does.
 
+Identical regions (the same ops on the same shapes and dtypes, weights being inputs: a deep MLP's hidden
+layers, a transformer's repeated blocks) are one problem. The group is hot by its summed share, searched
+once with the group's budget, and its winner runs in every member: fifteen 3.5% layers are one 52% search,
+not fifteen cold regions.
+
 Winners: on a device that times kernels a region keeps its run's pick (a measured win over the
 reference), else its reference ops; on a CPU nothing is timed, so a region takes its run's passing
 kernel, which proves the assembly correct and claims no speed.
@@ -14,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -66,21 +72,38 @@ def prepare(
     plan = Plan(path=str(path), device=device, traced=traced, regions=regions, free=free, profile=prof)
     name = Path(path).name
     reasons: dict[str, tuple[Any, Optional[str]]] = {}  # region -> (RegionRow.state, why)
+    first: dict[str, str] = {}  # a region problem's text -> the first region that has it
+    same_as: dict[str, str] = {}  # a region -> the earlier region with the same problem
     for r in regions:
         if r.kind == "reference":
             reasons[r.name] = ("reference", "no schedule lowers " + ", ".join(dict.fromkeys(r.ops)))
             continue
         e = extract.extract(r, traced.meta, free, name, work)
         plan.extracted[r.name] = e
+        key = problem_key(e.source)
+        if key in first:  # lowered (or refused) once for all: the same text lowers the same way
+            same_as[r.name] = first[key]
+            if first[key] in reasons:
+                reasons[r.name] = reasons[first[key]]
+            continue
+        first[key] = r.name
         try:
             lower_source(e.source, e.path)
         except LoweringError as exc:
             reasons[r.name] = ("not_lowered", " ".join(str(exc).split())[:200])
-            continue
-        if prof.share(r.name) < min_share:
-            reasons[r.name] = ("cold", f"{prof.share(r.name):.1%} of the time < --min-share {min_share:.0%}")
-    hot = [r for r in regions if r.name not in reasons]
-    total = sum(prof.share(r.name) for r in hot) or 1.0
+    # a group of identical regions is one problem: it is hot by its summed share and searched once
+    group_share = {r.name: prof.share(r.name) for r in regions if r.name not in same_as}
+    for member, lead in same_as.items():
+        group_share[lead] += prof.share(member)
+    group_size = Counter(same_as.get(r.name, r.name) for r in regions)
+    for r in regions:
+        lead = same_as.get(r.name, r.name)
+        if r.name not in reasons and group_share[lead] < min_share:
+            n = group_size[lead]
+            share = f"{group_share[lead]:.1%}" + (f" ({n} identical regions together)" if n > 1 else "")
+            reasons[r.name] = ("cold", f"{share} of the time < --min-share {min_share:.0%}")
+    hot = [r for r in regions if r.name not in reasons and r.name not in same_as]
+    total = sum(group_share[r.name] for r in hot) or 1.0
     for r in regions:
         state, reason = reasons.get(r.name, ("searched", None))
         found = plan.extracted.get(r.name)
@@ -96,9 +119,18 @@ def prepare(
             state=state,
             reason=reason,
             problem_path=found.path if found else None,
-            budget=max(1, round(budget * prof.share(r.name) / total)) if state == "searched" else 0,
+            same_as=same_as.get(r.name),
+            budget=max(1, round(budget * group_share[r.name] / total))
+            if state == "searched" and r.name not in same_as
+            else 0,
         )
     return plan
+
+
+def problem_key(source: str) -> str:
+    """A region problem's text without its docstring (which names the region): regions with equal keys run
+    the same ops on the same shapes and dtypes, their weights being inputs."""
+    return source.split('"""', 2)[-1]
 
 
 def search(
@@ -115,7 +147,7 @@ def search(
     from agent.search.many import Shared, run_many
     from agent.search.many import plan as many_plan
 
-    hot = [row for row in plan.rows.values() if row.state == "searched"]
+    hot = [row for row in plan.rows.values() if row.state == "searched" and row.same_as is None]
     if not hot:
         return {}
     base = dict(device=plan.device, stall=stall, trials=trials, batch=1, workers=1, no_hybrid=no_hybrid)
@@ -148,6 +180,10 @@ def winners(plan: Plan, store, runs: dict[str, str], *, no_hybrid: bool = False)
             out[name] = assemble.Winner(name, source, assemble.proven_archs(plan.device), e.dtype, e.input_shapes)
             update.update(kernel=kernel.candidate_id, schedule=_schedule(source))
         plan.rows[name] = row.model_copy(update=update)
+        for member in [m for m, r in plan.rows.items() if r.same_as == name]:  # the same problem: the same pick
+            plan.rows[member] = plan.rows[member].model_copy(update=update)
+            if name in out:
+                out[member] = out[name]
     return out
 
 
@@ -227,13 +263,14 @@ def judge(
     # Candidates run through an executor, as everywhere in agent/ (a sandboxed worker; timed on a GPU).
     executor = make_executor(device=dev, trials=trials)
     try:
+        judged: dict[str, dict] = {}  # a winner's region -> its judge's row fields, once per kernel
         for name, w in (winners_ or {}).items():
-            problem = evaluation.load_problem(plan.extracted[name].path, dev)
-            res = dict(executor.evaluate_batch([w.source], problem))[0]
-            speed = res.measured_speedup("eager")
-            plan.rows[name] = plan.rows[name].model_copy(
-                update={"judged": res.status.value, "speedup": speed.ratio if speed else None}
-            )
+            if w.region not in judged:
+                problem = evaluation.load_problem(plan.extracted[w.region].path, dev)
+                res = dict(executor.evaluate_batch([w.source], problem))[0]
+                speed = res.measured_speedup("eager")
+                judged[w.region] = {"judged": res.status.value, "speedup": speed.ratio if speed else None}
+            plan.rows[name] = plan.rows[name].model_copy(update=judged[w.region])
         # the tolerance policy is written into the model's problem file (model_problem): loaded as declared
         problem = evaluation.load_problem(model_problem(plan, work, tolerance), dev)
         res = dict(executor.evaluate_batch([source], problem))[0]

@@ -24,6 +24,9 @@ class RegionRow(Frozen):
     state: Literal["searched", "cold", "reference", "not_lowered"]
     reason: Optional[str] = None  # why a region was not searched, or why it kept its reference ops
     problem_path: Optional[str] = None
+    # the region whose search this one shares: the same problem (ops, shapes, dtype), as a deep MLP's hidden
+    # layers or a transformer's repeated blocks are; one search, its winner used in every such region
+    same_as: Optional[str] = None
     budget: int = 0  # evaluations, fixed before the searches start
     run_id: Optional[str] = None
     kernel: Optional[str] = None  # the winning candidate id; None: the reference ops stay
