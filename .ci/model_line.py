@@ -1,0 +1,41 @@
+"""One line of `.ci/gpu model`'s summary from a `kscout optimize-model --json` report: the verdict, the
+whole model's speed against eager and torch.compile, the predicted speed from the region table, and
+which regions took a kernel. A report that is missing or not JSON gives a line that says so."""
+
+import json
+import sys
+
+
+def line(path: str, stem: str, wall: str) -> str:
+    try:
+        with open(path) as f:
+            d = json.loads(f.read().strip().splitlines()[-1])
+    except (OSError, ValueError, IndexError) as exc:
+        return f"model {stem}: no report ({type(exc).__name__}), {wall} s wall"
+    rows = d.get("regions", [])
+    searched = [r for r in rows if r.get("state") == "searched"]
+    won = [
+        f"{r['name']}:{r.get('schedule') or '?'}@{r['speedup']:.2f}x"
+        for r in rows
+        if r.get("kernel") and r.get("speedup")
+    ]
+    speed = "not timed"
+    if d.get("speedup"):
+        speed = f"{d['speedup']:.3f}x eager [{d.get('speedup_low') or 0:.3f}, {d.get('speedup_high') or 0:.3f}]"
+        if d.get("compile_speedup"):
+            speed += f", {d['compile_speedup']:.3f}x torch.compile"
+    before = sum(r.get("time_us", 0.0) for r in rows) + d.get("glue_us", 0.0)
+    after = 0.0
+    for r in rows:
+        t = r.get("time_us", 0.0)
+        after += t / r["speedup"] if r.get("kernel") and r.get("speedup") else t
+    after += d.get("glue_us", 0.0)
+    predicted = f", predicted {before / after:.3f}x" if after > 0 else ""
+    return (
+        f"model {stem}: {d.get('verdict')}, {speed}{predicted}; {len(rows)} regions, {len(searched)} searched, "
+        f"kernels {', '.join(won) or 'none'}; {wall} s wall"
+    )
+
+
+if __name__ == "__main__":
+    print(line(*sys.argv[1:4]))
