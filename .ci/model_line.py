@@ -24,6 +24,8 @@ def line(path: str, stem: str, wall: str) -> str:
         speed = f"{d['speedup']:.3f}x eager [{d.get('speedup_low') or 0:.3f}, {d.get('speedup_high') or 0:.3f}]"
         if d.get("compile_speedup"):
             speed += f", {d['compile_speedup']:.3f}x torch.compile"
+        if d.get("vs_user_choice"):
+            speed += f", {d['vs_user_choice']:.3f}x the faster of eager and torch.compile"
     before = sum(r.get("time_us", 0.0) for r in rows) + d.get("glue_us", 0.0)
     after = 0.0
     for r in rows:

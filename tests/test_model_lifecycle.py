@@ -199,6 +199,18 @@ def test_the_gain_shares_add_up_and_the_page_draws_an_after_bar_only_when_measur
     assert 'id="share-note"' in page.render(unmeasured)
 
 
+def test_the_model_is_judged_against_the_faster_of_eager_and_torch_compile():
+    base = dict(model="m.py", device="cuda", clock="device", eager_us=1.0, graph_us=1.0, glue_us=0.0, regions=())
+    compile_wins = ModelReport(**base, verdict="passed", speedup=1.3, compile_speedup=0.9)
+    assert compile_wins.vs_user_choice == 0.9  # compiled is the user's choice: a loss, though 1.3x eager
+    eager_wins = compile_wins.model_copy(update={"compile_speedup": 1.6})
+    assert eager_wins.vs_user_choice == 1.3
+    no_compile = compile_wins.model_copy(update={"compile_speedup": None})
+    assert no_compile.vs_user_choice == 1.3  # compile could not be timed: eager is what the user has
+    assert compile_wins.model_copy(update={"speedup": None}).vs_user_choice is None
+    assert "0.9x the faster of the two" in page.render(compile_wins)
+
+
 def test_the_run_report_of_a_model_run_carries_the_model_view(optimized, store, tmp_path, capsys):
     _, report = optimized
     html = tmp_path / "report.html"

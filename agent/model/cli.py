@@ -66,7 +66,7 @@ def optimize_model(
             no_hybrid=no_hybrid,
         )
     if as_json:
-        print_json(report.model_dump(mode="json"))
+        print_json({**report.model_dump(mode="json"), "vs_user_choice": report.vs_user_choice})
     else:
         render(report)
     if not report.passed:
@@ -98,6 +98,7 @@ def render(report) -> None:
         compiled = f", {report.compile_speedup:.3g}x vs torch.compile" if report.compile_speedup else ""
         how = "interleaved re-measure" if report.speedup_source == "remeasure" else "the judge's timing"
         speed = f"{report.speedup:.3g}x vs eager{interval}{compiled} ({how})"
+        speed += f"; {report.vs_user_choice:.3g}x vs the faster of the two" if report.compile_speedup else ""
     msg = f" ({report.verdict_message})" if report.verdict_message else ""
     con.print(
         f"model: {report.verdict} end to end under {report.model_tolerance}{msg}; {speed}",

@@ -87,5 +87,14 @@ class ModelReport(Frozen):
         return {k: v / total for k, v in saved.items()} if total > 0 else None
 
     @property
+    def vs_user_choice(self) -> Optional[float]:
+        """The assembled model against the faster of eager and torch.compile of the whole model: what a user
+        already has without kscout, and the ratio issue 26 judges (below 1 is a loss). Eager alone where the
+        compiled model could not be timed; None where nothing was timed."""
+        if self.speedup is None:
+            return None
+        return min(self.speedup, self.compile_speedup) if self.compile_speedup else self.speedup
+
+    @property
     def passed(self) -> bool:
         return self.verdict == "passed"
