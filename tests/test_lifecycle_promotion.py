@@ -155,6 +155,31 @@ def test_refuses_a_geomean_win_that_hides_a_case_slower_than_eager(store, proble
     ]
 
 
+def test_refuses_a_model_artifact_slower_than_torch_compile_of_the_whole_model(store, problem):
+    from evaluation.records import Speedup
+
+    def with_compile(ratio, low, high):
+        comp = Speedup(baseline="torch_compile", ratio=ratio, ratio_low=low, ratio_high=high, significant=True)
+        return tuple(t.model_copy(update={"speedups": (*t.speedups, comp)}) for t in timing(problem, 1.4, 1.3, 1.5))
+
+    model = problem.model_copy(update={"op_family": "model:layernormnet"})
+    slow = result(model, variant(1), gpu_fp(), shapes=(), timed=with_compile(0.8, 0.75, 0.85))
+    c = gpu_candidate(store, model, variant(1), remeasure=slow)
+    assert refusal(store, c.candidate_id) == [
+        "timing: the assembled model is slower than torch.compile of the whole model outside the noise "
+        "(0.800x [0.750, 0.850]): compiling the model is the faster choice"
+    ]
+    # the same numbers for an operator's kernel: torch.compile is not its bar, eager is
+    kernel = gpu_candidate(
+        store, problem, variant(2), remeasure=result(problem, variant(2), gpu_fp(), shapes=(), timed=slow.timing)
+    )
+    assert promote(store, kernel.candidate_id, approved_by="alice")[1].state is PromotionState.deployed
+    # a model within the noise of torch.compile is not refused for it
+    level = result(model, variant(3), gpu_fp(), shapes=(), timed=with_compile(1.0, 0.95, 1.05))
+    c3 = gpu_candidate(store, model, variant(3), remeasure=level)
+    assert promote(store, c3.candidate_id, approved_by="alice")[1].state is PromotionState.deployed
+
+
 def test_refuses_a_remeasure_with_no_eager_baseline(store, problem):
     cases = tuple(t.model_copy(update={"baselines": (), "speedups": ()}) for t in timing(problem, 1.4, 1.3, 1.5))
     c = gpu_candidate(

@@ -18,6 +18,8 @@ from evaluation.records import EvalResult, Fingerprint, ProblemInfo
 from store.records import CandidateRecord, RunRecord
 
 BASELINE = "eager"
+# the op family of a whole model's artifact (agent.model.flow.model_family): "model:minigptblock"
+MODEL_FAMILY_PREFIX = "model:"
 
 
 Record = Frozen

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from agent.lifecycle.evidence import MODEL_FAMILY_PREFIX
 from agent.model import ModelError, assemble, extract, graph, partition, profile
 from agent.model.records import ModelReport, RegionRow
 from evaluation.errors import KscoutError
@@ -215,7 +216,7 @@ def _schedule(source: str) -> Optional[str]:
 def model_family(path: str) -> str:
     """The model's op family in the store and the registry: its file stem without KernelBench's number,
     lowercased ("44_MiniGPTBlock.py" -> "model:minigptblock")."""
-    return "model:" + re.sub(r"^\d+_", "", Path(path).stem).lower()
+    return MODEL_FAMILY_PREFIX + re.sub(r"^\d+_", "", Path(path).stem).lower()
 
 
 def model_problem(plan: Plan, work: Path, tolerance: str = "kernelbench") -> str:
