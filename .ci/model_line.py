@@ -15,9 +15,9 @@ def line(path: str, stem: str, wall: str) -> str:
     rows = d.get("regions", [])
     searched = [r for r in rows if r.get("state") == "searched"]
     won = [
-        f"{r['name']}:{r.get('schedule') or '?'}@{r['speedup']:.2f}x"
+        f"{r['name']}:{r.get('schedule') or '?'}@" + (f"{r['speedup']:.2f}x" if r.get("speedup") else "not timed")
         for r in rows
-        if r.get("kernel") and r.get("speedup")
+        if r.get("kernel")
     ]
     speed = "not timed"
     if d.get("speedup"):
@@ -26,15 +26,17 @@ def line(path: str, stem: str, wall: str) -> str:
             speed += f", {d['compile_speedup']:.3f}x torch.compile"
         if d.get("vs_user_choice"):
             speed += f", {d['vs_user_choice']:.3f}x the faster of eager and torch.compile"
-    before = sum(r.get("time_us", 0.0) for r in rows) + d.get("glue_us", 0.0)
-    after = 0.0
-    for r in rows:
-        t = r.get("time_us", 0.0)
-        after += t / r["speedup"] if r.get("kernel") and r.get("speedup") else t
-    after += d.get("glue_us", 0.0)
-    predicted = f", predicted {before / after:.3f}x" if after > 0 else ""
+    # what the regions' own speedups predict, glue unchanged (ModelReport.predicted_speedup); none where a
+    # region's kernel was not timed
+    predicted = ""
+    if all(r.get("speedup") for r in rows if r.get("kernel")):
+        before = sum(r.get("time_us", 0.0) for r in rows) + d.get("glue_us", 0.0)
+        after = sum(r["time_us"] / r["speedup"] if r.get("kernel") else r.get("time_us", 0.0) for r in rows)
+        after += d.get("glue_us", 0.0)
+        predicted = f", predicted {before / after:.3f}x" if after > 0 else ""
     return (
-        f"model {stem}: {d.get('verdict')}, {speed}{predicted}; {len(rows)} regions, {len(searched)} searched, "
+        f"model {stem}: {d.get('verdict')}, {speed}{predicted}; {len(rows)} regions, {len(searched)} searched "
+        f"({sum(1 for r in searched if not r.get('same_as'))} searches), "
         f"kernels {', '.join(won) or 'none'}; {wall} s wall"
     )
 
