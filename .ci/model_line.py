@@ -24,6 +24,8 @@ def line(path: str, stem: str, wall: str) -> str:
         speed = f"{d['speedup']:.3f}x eager [{d.get('speedup_low') or 0:.3f}, {d.get('speedup_high') or 0:.3f}]"
         if d.get("compile_speedup"):
             speed += f", {d['compile_speedup']:.3f}x torch.compile"
+        if d.get("autotune_speedup"):
+            speed += f", {d['autotune_speedup']:.3f}x max-autotune"
         if d.get("vs_user_choice"):
             speed += f", {d['vs_user_choice']:.3f}x the faster of eager and torch.compile"
     # what the regions' own speedups predict, glue unchanged (ModelReport.predicted_speedup); none where a

@@ -1273,6 +1273,7 @@ def remeasure(
         cand_rounds = rm.rounds_seen.get(("cand", index), [])
         base = [r.p50s_ms.get("eager") for r in base_rounds]
         compiled = [r.p50s_ms.get("torch_compile") for r in base_rounds]
+        autotuned = [r.p50s_ms.get("torch_compile_max_autotune") for r in base_rounds]
         prepared = rm.prepared.get(("cand", index))
         base_prepared = rm.prepared.get(("base", index))
         if base_prepared is not None and "torch_compile" in base_prepared.errors:
@@ -1282,6 +1283,7 @@ def remeasure(
                 errors.setdefault(name, f"{case.case_id}: the eager baseline could not be timed")
             continue
         compiled = compiled if None not in compiled else []
+        autotuned = autotuned if None not in autotuned else []
         for key, name in zip(keys, names):
             if name in errors:
                 continue
@@ -1295,6 +1297,7 @@ def remeasure(
                 continue
             ratios = [b / c for b, c in zip(base, mine)]
             vs_compile = [b / c for b, c in zip(compiled, mine)] if len(compiled) == len(mine) else []
+            vs_autotune = [b / c for b, c in zip(autotuned, mine)] if len(autotuned) == len(mine) else []
             per_candidate[name].append(
                 RemeasuredCase(
                     case_id=case.case_id,
@@ -1311,6 +1314,10 @@ def remeasure(
                     speedup_vs_compile=quantile(vs_compile, 0.5) if vs_compile else None,
                     speedup_vs_compile_min=min(vs_compile) if vs_compile else None,
                     speedup_vs_compile_max=max(vs_compile) if vs_compile else None,
+                    autotune_p50s_ms=tuple(autotuned) if vs_autotune else (),
+                    speedup_vs_autotune=quantile(vs_autotune, 0.5) if vs_autotune else None,
+                    speedup_vs_autotune_min=min(vs_autotune) if vs_autotune else None,
+                    speedup_vs_autotune_max=max(vs_autotune) if vs_autotune else None,
                 )
             )
     return RemeasureResult(

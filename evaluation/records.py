@@ -302,6 +302,10 @@ class RemeasuredCase(Record):
     speedup_vs_compile: Optional[float] = None  # median over rounds of compile p50 / candidate p50
     speedup_vs_compile_min: Optional[float] = None
     speedup_vs_compile_max: Optional[float] = None
+    autotune_p50s_ms: tuple[float, ...] = ()  # torch.compile max-autotune, same rounds, where it was asked for
+    speedup_vs_autotune: Optional[float] = None  # median over rounds of max-autotune p50 / candidate p50
+    speedup_vs_autotune_min: Optional[float] = None
+    speedup_vs_autotune_max: Optional[float] = None
 
 
 class RemeasuredCandidate(Record):

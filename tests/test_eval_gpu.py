@@ -88,6 +88,17 @@ def test_remeasure_interleaves_candidates_with_eager_and_compile(small_layernorm
     assert [c.compile_p50s_ms for c in seed.cases] == [c.compile_p50s_ms for c in one.cases]  # one measurement
 
 
+def test_remeasure_interleaves_max_autotune_when_asked_and_gives_its_ratio(small_layernorm):
+    result = remeasure(
+        {"seed": SEED}, small_layernorm, device="cuda", rounds=2, baselines=("eager", "torch_compile_max_autotune")
+    )
+    (cand,) = result.candidates
+    assert cand.error is None and cand.cases
+    for case in cand.cases:
+        assert len(case.autotune_p50s_ms) == len(case.candidate_p50s_ms) == 2 and case.compile_p50s_ms == ()
+        assert case.speedup_vs_autotune_min <= case.speedup_vs_autotune <= case.speedup_vs_autotune_max
+
+
 def test_time_many_times_siblings_against_one_baseline_and_isolates_a_failure(small_layernorm):
     sources = [SEED, ONE_WARP, _fails_later()]
     checked = [evaluate(src, small_layernorm, device="cuda", trials=1, time_it=False) for src in sources]

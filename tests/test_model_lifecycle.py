@@ -211,6 +211,61 @@ def test_the_model_is_judged_against_the_faster_of_eager_and_torch_compile():
     assert "0.9x the faster of the two" in page.render(compile_wins)
 
 
+def test_the_model_remeasure_adds_max_autotune_to_its_rotation_only_when_asked():
+    from test_lifecycle_support import gpu_fp, result, timing
+
+    from evaluation.records import RemeasuredCandidate, RemeasuredCase, RemeasureResult
+
+    problem = evaluation.load_problem("layernorm", device="cuda")
+    searched = result(problem, "src", gpu_fp(), timed=timing(problem, 1.2, 1.1, 1.3))
+    asked: list[tuple[str, ...]] = []
+
+    class Timer:  # the GPU's re-measure, as a local executor returns it
+        def remeasure(self, sources, problem, *, rounds, baselines):
+            asked.append(tuple(baselines))
+            tuned = "torch_compile_max_autotune" in baselines
+            case = RemeasuredCase(
+                case_id=searched.timing[0].case_id,
+                params=searched.timing[0].params,
+                dtype="float32",
+                candidate_p50s_ms=(1.0,) * rounds,
+                baseline_p50s_ms=(1.3,) * rounds,
+                speedup=1.3,
+                speedup_min=1.25,
+                speedup_max=1.35,
+                significant=True,
+                method="cuda_graph",
+                compile_p50s_ms=(1.1,) * rounds,
+                speedup_vs_compile=1.1,
+                speedup_vs_compile_min=1.05,
+                speedup_vs_compile_max=1.15,
+                autotune_p50s_ms=(0.9,) * rounds if tuned else (),
+                speedup_vs_autotune=0.9 if tuned else None,
+                speedup_vs_autotune_min=0.85 if tuned else None,
+                speedup_vs_autotune_max=0.95 if tuned else None,
+            )
+            (name,) = sources
+            return RemeasureResult(
+                problem_id=problem.problem_id,
+                problem_name=problem.name,
+                device="cuda",
+                rounds=rounds,
+                candidates=(RemeasuredCandidate(name=name, candidate_sha256="c" * 64, cases=(case,)),),
+                fingerprint=gpu_fp(),
+                started_at="2026-01-01T00:00:00+00:00",
+                duration_s=1.0,
+            )
+
+    _, plain = keep._remeasure("cid", "src", problem, searched, Timer())
+    _, tuned = keep._remeasure("cid", "src", problem, searched, Timer(), autotune=True)
+    assert asked == [("eager", "torch_compile"), ("eager", "torch_compile", "torch_compile_max_autotune")]
+    assert plain["autotune_speedup"] is None and plain["compile_speedup"] == 1.1
+    assert tuned["autotune_speedup"] == 0.9 and tuned["speedup"] == 1.3
+    base = dict(model="m.py", device="cuda", clock="device", eager_us=1.0, graph_us=1.0, glue_us=0.0, regions=())
+    html = page.render(ModelReport(**base, verdict="passed", **tuned))
+    assert "0.9x max-autotune" in html and "1.1x torch.compile" in html
+
+
 def test_the_run_report_of_a_model_run_carries_the_model_view(optimized, store, tmp_path, capsys):
     _, report = optimized
     html = tmp_path / "report.html"

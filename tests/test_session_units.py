@@ -183,6 +183,48 @@ def test_a_remeasure_with_compile_rounds_carries_both_ratios_and_the_bandwidth()
     assert "eager and torch.compile" in result.timing_note
 
 
+def test_a_remeasure_with_max_autotune_rounds_carries_its_ratio_beside_compiles():
+    case = RemeasuredCase(
+        case_id="c0",
+        params={"M": 8},
+        dtype="float32",
+        candidate_p50s_ms=(0.50, 0.40, 0.45),
+        baseline_p50s_ms=(0.60, 0.60, 0.63),
+        speedup=1.4,
+        speedup_min=1.2,
+        speedup_max=1.5,
+        significant=True,
+        method="cuda_graph",
+        compile_p50s_ms=(0.45, 0.44, 0.46),
+        speedup_vs_compile=1.0,
+        speedup_vs_compile_min=0.9,
+        speedup_vs_compile_max=1.1,
+        autotune_p50s_ms=(0.36, 0.35, 0.37),
+        speedup_vs_autotune=0.8,
+        speedup_vs_autotune_min=0.72,
+        speedup_vs_autotune_max=0.88,
+    )
+    rc = RemeasuredCandidate(name="b", candidate_sha256="b" * 64, cases=(case,))
+    rm = RemeasureResult(
+        problem_id="p1",
+        problem_name="m",
+        device="cuda",
+        rounds=3,
+        candidates=(rc,),
+        fingerprint=FP,
+        started_at="2026-01-01T00:00:00+00:00",
+        duration_s=2.0,
+    )
+    result = remeasure_as_eval(rc, rm, timed("b", ({"M": 8}, 1.3, 1.1, 1.5)))
+    t = result.timing[0]
+    assert [b.name for b in t.baselines] == ["eager", "torch_compile", "torch_compile_max_autotune"]
+    assert t.baselines[2].timing.latency_ms_p50 == 0.36
+    tuned = measured_speedup(result, "torch_compile_max_autotune")
+    assert (tuned.ratio, tuned.ratio_low, tuned.ratio_high) == (0.8, 0.72, 0.88)
+    assert tuned.significant is True  # every round lost to max-autotune: a significant slowdown
+    assert "eager, torch.compile and max-autotune" in result.timing_note
+
+
 def test_outcomes_are_written_per_shape_bucket_with_their_interval():
     cand = CandidateRecord(
         candidate_id="b" * 64,

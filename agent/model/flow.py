@@ -251,6 +251,7 @@ def judge(
     trials: int = 1,
     winners_: Optional[dict] = None,
     store=None,
+    autotune: bool = False,
 ) -> ModelReport:
     """The assembled model end to end against the model file, and each winner on its own problem.
 
@@ -299,7 +300,7 @@ def judge(
             timing_note=res.timing_note,
         )
         if store is not None:
-            report = keep.record(store, report, source, problem, res, executor=executor)
+            report = keep.record(store, report, source, problem, res, executor=executor, autotune=autotune)
     finally:
         executor.close()
     return report
@@ -319,13 +320,14 @@ def optimize_model(
     trials: int = 1,
     on_event: Optional[Callable] = None,
     no_hybrid: bool = False,
+    autotune: bool = False,
 ) -> ModelReport:
     plan = prepare(path, device=device, budget=budget, min_share=min_share, work=work)
     runs = search(plan, store, stall=stall, minutes=minutes, trials=trials, on_event=on_event, no_hybrid=no_hybrid)
     won = winners(plan, store, runs, no_hybrid=no_hybrid)
     title = f"{Path(path).name}: ModelNew assembled by kscout optimize-model from regions {', '.join(won) or '(none)'}."
     source = assemble.assemble(plan.traced, plan.regions, plan.free, won, title)
-    report = judge(plan, source, work, tolerance=tolerance, trials=trials, winners_=won, store=store)
+    report = judge(plan, source, work, tolerance=tolerance, trials=trials, winners_=won, store=store, autotune=autotune)
     from agent.model import page
 
     html = work / f"{Path(path).stem}_report.html"

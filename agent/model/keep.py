@@ -26,6 +26,7 @@ from store.records import CandidateRecord, RunRecord, RunStatus, StopRule, utc_n
 
 PROPOSER = "optimize-model"
 REMEASURE_ROUNDS = 5
+AUTOTUNE = "torch_compile_max_autotune"  # optimize-model --max-autotune: minutes of autotuning for a big model
 
 
 def region_knobs(store, report: ModelReport) -> dict[str, dict]:
@@ -47,10 +48,12 @@ def record(
     result: EvalResult,
     *,
     executor=None,
+    autotune: bool = False,
 ) -> ModelReport:
     """Write the model's run, its candidate and its judge (and, on a GPU that passed it, an interleaved
-    re-measure through `executor`); returns the report with the run, the candidate and the re-measured
-    speedups, which the run's config keeps."""
+    re-measure through `executor`, with max-autotune of the whole model in the rotation when `autotune`);
+    returns the report with the run, the candidate and the re-measured speedups, which the run's config
+    keeps."""
     from agent.search import writeback
 
     fp = result.fingerprint
@@ -59,7 +62,7 @@ def record(
     timed: Optional[EvalResult] = None
     update: dict = {}
     if executor is not None and result.passed and result.device == "cuda":
-        timed, update = _remeasure(cid, source, problem, result, executor)
+        timed, update = _remeasure(cid, source, problem, result, executor, autotune=autotune)
     final = report.model_copy(update={**update, "run_id": run_id, "candidate_id": cid})
     config = {
         "model": report.model,
@@ -113,16 +116,20 @@ def record(
     return final
 
 
-def _remeasure(cid: str, source: str, problem, result, executor) -> tuple[Optional[EvalResult], dict]:
+def _remeasure(
+    cid: str, source: str, problem, result, executor, *, autotune: bool = False
+) -> tuple[Optional[EvalResult], dict]:
     """The assembled model and the whole model's baselines, timed round by round in one process."""
     from agent.search import writeback
 
-    rm = executor.remeasure({cid: source}, problem, rounds=REMEASURE_ROUNDS, baselines=BASELINES)
+    baselines = BASELINES + (AUTOTUNE,) if autotune else BASELINES
+    rm = executor.remeasure({cid: source}, problem, rounds=REMEASURE_ROUNDS, baselines=baselines)
     for rc in rm.candidates:
         if rc.name != cid or not rc.cases:
             continue
         timed = writeback.remeasure_as_eval(rc, rm, result)
         eager, comp = timed.measured_speedup("eager"), timed.measured_speedup("torch_compile")
+        tuned = timed.measured_speedup(AUTOTUNE)
         if eager is None:
             return timed, {}
         return timed, {
@@ -130,6 +137,7 @@ def _remeasure(cid: str, source: str, problem, result, executor) -> tuple[Option
             "speedup_low": eager.ratio_low,
             "speedup_high": eager.ratio_high,
             "compile_speedup": comp.ratio if comp else None,
+            "autotune_speedup": tuned.ratio if tuned else None,
             "speedup_source": "remeasure",
         }
     return None, {"timing_note": f"the re-measure gave no numbers ({rm.note or 'not timed'})"}

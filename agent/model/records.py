@@ -52,6 +52,7 @@ class ModelReport(Frozen):
     speedup_low: Optional[float] = None  # the interval of `speedup` (geomean of p20/p80 ratios)
     speedup_high: Optional[float] = None
     compile_speedup: Optional[float] = None  # vs torch.compile of the whole model; None: not measured
+    autotune_speedup: Optional[float] = None  # vs max-autotune of the whole model; None: not asked or not measured
     speedup_source: Optional[str] = None  # "remeasure" (interleaved rounds) | "judge" (the judge's timing)
     timing_note: Optional[str] = None
     run_id: Optional[str] = None  # the model's run in the store (one candidate: the assembled model)

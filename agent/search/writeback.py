@@ -239,6 +239,18 @@ def remeasure_as_eval(rc, rm, searched: EvalResult) -> EvalResult:
                     significant=c.speedup_vs_compile_min > 1.0 or c.speedup_vs_compile_max < 1.0,
                 )
             )
+        if c.autotune_p50s_ms and c.speedup_vs_autotune is not None:
+            name = "torch_compile_max_autotune"
+            baselines.append(Baseline(name=name, timing=stats(c.autotune_p50s_ms, c.case_id, c.method)))
+            speedups.append(
+                Speedup(
+                    baseline=name,
+                    ratio=c.speedup_vs_autotune,
+                    ratio_low=c.speedup_vs_autotune_min,
+                    ratio_high=c.speedup_vs_autotune_max,
+                    significant=c.speedup_vs_autotune_min > 1.0 or c.speedup_vs_autotune_max < 1.0,
+                )
+            )
         prior = searched_by_case.get(c.case_id)
         cand = stats(c.candidate_p50s_ms, c.case_id, c.method)
         gbps = prior.bytes_moved / (cand.latency_ms_p50 * 1e-3) / 1e9 if prior and prior.bytes_moved else None
@@ -256,7 +268,15 @@ def remeasure_as_eval(rc, rm, searched: EvalResult) -> EvalResult:
         )
 
     timing = tuple(case(c) for c in rc.cases)
-    against = "eager and torch.compile" if any(c.compile_p50s_ms for c in rc.cases) else "eager"
+    compiled = [
+        n
+        for n, on in (
+            ("torch.compile", any(c.compile_p50s_ms for c in rc.cases)),
+            ("max-autotune", any(c.autotune_p50s_ms for c in rc.cases)),
+        )
+        if on
+    ]
+    against = " and ".join(["eager", *compiled]) if len(compiled) < 2 else f"eager, {compiled[0]} and {compiled[1]}"
     return EvalResult(
         status=Status.passed,
         candidate_sha256=rc.candidate_sha256,
