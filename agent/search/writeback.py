@@ -268,15 +268,9 @@ def remeasure_as_eval(rc, rm, searched: EvalResult) -> EvalResult:
         )
 
     timing = tuple(case(c) for c in rc.cases)
-    compiled = [
-        n
-        for n, on in (
-            ("torch.compile", any(c.compile_p50s_ms for c in rc.cases)),
-            ("max-autotune", any(c.autotune_p50s_ms for c in rc.cases)),
-        )
-        if on
-    ]
-    against = " and ".join(["eager", *compiled]) if len(compiled) < 2 else f"eager, {compiled[0]} and {compiled[1]}"
+    named = ["eager"] + ["torch.compile"] * any(c.compile_p50s_ms for c in rc.cases)
+    named += ["max-autotune"] * any(c.autotune_p50s_ms for c in rc.cases)
+    against = f"{', '.join(named[:-1])} and {named[-1]}" if len(named) > 1 else "eager"
     return EvalResult(
         status=Status.passed,
         candidate_sha256=rc.candidate_sha256,
