@@ -393,7 +393,9 @@ def test_candidates_pass_the_evaluator(family, action):
     proposer = TemplateProposer()
     seed = proposer.propose(_request(family)).proposals[0]
     p = seed if action is Action.seed else proposer.propose(_request(family, action, _parent(seed))).proposals[0]
-    result = evaluation.evaluate(p.source, _problem(family), device="cpu", time_it=False)
+    # correctness, not speed: a loaded 2-core machine's interpreter took 39 of 70 matmul trials in the
+    # default 120 s once (not_judged), so the budget is the interpreter's, not the kernel's
+    result = evaluation.evaluate(p.source, _problem(family), device="cpu", time_it=False, timeout_s=600)
     assert result.status.value == "passed", result.message
     assert result.triton_launches > 0
     assert {r.dtype for r in result.shape_results} == {"float32", "bfloat16"}
