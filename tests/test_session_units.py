@@ -120,17 +120,7 @@ def test_a_remeasure_becomes_an_evaluation_record_with_its_round_spread():
         significant=True,
         method="cuda_graph",
     )
-    rc = RemeasuredCandidate(name="b", candidate_sha256="b" * 64, cases=(case,))
-    rm = RemeasureResult(
-        problem_id="p1",
-        problem_name="layernorm",
-        device="cuda",
-        rounds=3,
-        candidates=(rc,),
-        fingerprint=FP,
-        started_at="2026-01-01T00:00:00+00:00",
-        duration_s=2.0,
-    )
+    rc, rm = _remeasured(case)
     result = remeasure_as_eval(rc, rm, timed("b", ({"M": 4096, "N": 4096}, 1.3, 1.1, 1.5)))
     t = result.timing[0]
     assert result.status is Status.passed and result.candidate_sha256 == "b" * 64
@@ -142,8 +132,25 @@ def test_a_remeasure_becomes_an_evaluation_record_with_its_round_spread():
     assert [b.name for b in t.baselines] == ["eager"]  # no compile rounds, no compile number
 
 
-def test_a_remeasure_with_compile_rounds_carries_both_ratios_and_the_bandwidth():
-    case = RemeasuredCase(
+def _remeasured(case) -> tuple:
+    """One candidate's re-measure holding `case`, three rounds on the GPU fingerprint."""
+    rc = RemeasuredCandidate(name="b", candidate_sha256="b" * 64, cases=(case,))
+    rm = RemeasureResult(
+        problem_id="p1",
+        problem_name="layernorm",
+        device="cuda",
+        rounds=3,
+        candidates=(rc,),
+        fingerprint=FP,
+        started_at="2026-01-01T00:00:00+00:00",
+        duration_s=2.0,
+    )
+    return rc, rm
+
+
+def _compiled_case(**extra) -> RemeasuredCase:
+    """A case re-measured against eager and torch.compile (1.0x [0.9, 1.1]), plus `extra` fields."""
+    return RemeasuredCase(
         case_id="c0",
         params={"M": 8},
         dtype="bfloat16",
@@ -158,18 +165,13 @@ def test_a_remeasure_with_compile_rounds_carries_both_ratios_and_the_bandwidth()
         speedup_vs_compile=1.0,
         speedup_vs_compile_min=0.9,
         speedup_vs_compile_max=1.1,
+        **extra,
     )
-    rc = RemeasuredCandidate(name="b", candidate_sha256="b" * 64, cases=(case,))
-    rm = RemeasureResult(
-        problem_id="p1",
-        problem_name="layernorm",
-        device="cuda",
-        rounds=3,
-        candidates=(rc,),
-        fingerprint=FP,
-        started_at="2026-01-01T00:00:00+00:00",
-        duration_s=2.0,
-    )
+
+
+def test_a_remeasure_with_compile_rounds_carries_both_ratios_and_the_bandwidth():
+    case = _compiled_case()
+    rc, rm = _remeasured(case)
     searched = timed("b", ({"M": 8}, 1.3, 1.1, 1.5)).model_copy(update={"ceiling_gbps": 4000.0})
     searched = searched.model_copy(update={"timing": (searched.timing[0].model_copy(update={"bytes_moved": 900_000}),)})
     result = remeasure_as_eval(rc, rm, searched)
@@ -184,37 +186,13 @@ def test_a_remeasure_with_compile_rounds_carries_both_ratios_and_the_bandwidth()
 
 
 def test_a_remeasure_with_max_autotune_rounds_carries_its_ratio_beside_compiles():
-    case = RemeasuredCase(
-        case_id="c0",
-        params={"M": 8},
-        dtype="float32",
-        candidate_p50s_ms=(0.50, 0.40, 0.45),
-        baseline_p50s_ms=(0.60, 0.60, 0.63),
-        speedup=1.4,
-        speedup_min=1.2,
-        speedup_max=1.5,
-        significant=True,
-        method="cuda_graph",
-        compile_p50s_ms=(0.45, 0.44, 0.46),
-        speedup_vs_compile=1.0,
-        speedup_vs_compile_min=0.9,
-        speedup_vs_compile_max=1.1,
+    case = _compiled_case(
         autotune_p50s_ms=(0.36, 0.35, 0.37),
         speedup_vs_autotune=0.8,
         speedup_vs_autotune_min=0.72,
         speedup_vs_autotune_max=0.88,
     )
-    rc = RemeasuredCandidate(name="b", candidate_sha256="b" * 64, cases=(case,))
-    rm = RemeasureResult(
-        problem_id="p1",
-        problem_name="m",
-        device="cuda",
-        rounds=3,
-        candidates=(rc,),
-        fingerprint=FP,
-        started_at="2026-01-01T00:00:00+00:00",
-        duration_s=2.0,
-    )
+    rc, rm = _remeasured(case)
     result = remeasure_as_eval(rc, rm, timed("b", ({"M": 8}, 1.3, 1.1, 1.5)))
     t = result.timing[0]
     assert [b.name for b in t.baselines] == ["eager", "torch_compile", "torch_compile_max_autotune"]
