@@ -595,8 +595,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     except KscoutError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    from agent.search.goals import judge, markdown
+
+    goals = markdown(judge(rows))  # the speed issue's sets of problems against their goals
     print(summary_line(rows))
-    (out / "coverage.md").write_text(markdown_table(rows) + "\n\n" + summary_line(rows) + "\n")
+    print(goals)
+    (out / "coverage.md").write_text(markdown_table(rows) + "\n\n" + summary_line(rows) + "\n\n" + goals + "\n")
     print(f"csv: {out / 'coverage.csv'}, table: {out / 'coverage.md'}", file=sys.stderr)
     return 0
 
