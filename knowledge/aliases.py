@@ -87,6 +87,7 @@ OP_FAMILIES: tuple[str, ...] = (
     "geglu",
     "row_sum",
     "matmul_epilogue",
+    "attention",
 )
 
 # (pattern, ops, case_sensitive)
@@ -109,6 +110,7 @@ _OP_PATTERNS: list[tuple[str, tuple[str, ...], bool]] = [
     (r"gated[\s-]activations?", ("swiglu", "geglu"), False),
     (r"row[\s_-]?(?:wise[\s_-])?sums?|reductions?", ("row_sum",), False),
     (r"mat[\s_-]?muls?|gemms?|linear|matrix[\s-]multipl\w*|tl\.dot", ("matmul_epilogue",), False),
+    (r"(?:flash[\s_-]?|self[\s_-]?|causal[\s_-]?)?attention|sdpa|scaled[\s_-]dot[\s_-]product", ("attention",), False),
 ]
 
 # Ops whose constraints and outcomes also apply to a family (an add+rmsnorm is an rmsnorm too).
@@ -120,6 +122,7 @@ OP_RELATIVES: dict[str, tuple[str, ...]] = {
     "softmax": ("log_softmax",),
     "geglu": ("swiglu",),
     "swiglu": ("geglu",),
+    "attention": ("softmax",),  # its softmax rows take the softmax's constraints (subtract the row max)
 }
 
 # How each op family is scheduled (the design's schedule kinds): a norm, a softmax or a row sum is a
@@ -134,6 +137,7 @@ OP_SCHEDULE: dict[str, str] = {
     "cross_entropy": "rowwise",
     "row_sum": "rowwise",
     "matmul_epilogue": "contraction",
+    "attention": "contraction",
     "swiglu": "pointwise",
     "geglu": "pointwise",
 }

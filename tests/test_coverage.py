@@ -30,7 +30,7 @@ CI_SUBSET = [
     "level1/89_cumsum.py",  # scan
     "level1/10_3D_tensor_matrix_multiplication.py",  # matmul (3-D times 2-D)
     "level1/15_Matmul_for_lower_triangular_matrices.py",  # matmul with a fused tril epilogue
-    "level1/97_ScaledDotProductAttention.py",  # matmul, row, matmul
+    "level1/97_ScaledDotProductAttention.py",  # flash attention (the attention family template)
     "level2/84_Gemm_BatchNorm_Scaling_Softmax.py",  # GEMM + softmax rows
     "level2/80_Gemm_Max_Subtract_GELU.py",  # GEMM + reductions + epilogue
 ]

@@ -39,6 +39,7 @@ FAMILIES = (
     "geglu",
     "row_sum",
     "matmul_epilogue",
+    "attention",
 )
 
 
@@ -328,6 +329,7 @@ class _Rules:
             self.gated,
             self.row_sum,
             self.matmul,
+            self.attention,
         ):
             found = rule()
             if found is not None:
@@ -534,6 +536,28 @@ class _Rules:
         if ev:
             return None
         return "matmul_epilogue", roles, {"activation": activation, "weight_layout": layout}
+
+    def attention(self):
+        """F.scaled_dot_product_attention(q, k, v) over three forward inputs: no mask, no dropout, no GQA;
+        causal or not, the default or a given scale."""
+        if not self._only("scaled_dot_product_attention"):
+            return None
+        e = self.ev[0]
+        q, k, v = e.arg(0, "query"), e.arg(1, "key"), e.arg(2, "value")
+        if not all(str(t).startswith("in:") and not str(t).endswith("^T") for t in (q, k, v)):
+            return None
+        if e.arg(3, "attn_mask") is not None or float(e.arg(4, "dropout_p", 0.0) or 0.0) != 0.0:
+            return None
+        if e.kwargs.get("enable_gqa") or e.rank() is None or e.rank() < 2:
+            return None
+        scale = e.arg(6, "scale")
+        if scale is not None and not isinstance(scale, (int, float)):
+            return None
+        return (
+            "attention",
+            {"q": q[3:], "k": k[3:], "v": v[3:]},
+            {"is_causal": bool(e.arg(5, "is_causal", False)), "scale": None if scale is None else float(scale)},
+        )
 
 
 # ---------------------------------------------------------------- parameters and the init signature

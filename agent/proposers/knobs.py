@@ -28,6 +28,7 @@ TEMPLATE_OF_FAMILY = {
     "geglu": "elementwise",
     "row_sum": "reduction",
     "matmul_epilogue": "matmul",
+    "attention": "attention",
 }
 
 
@@ -252,6 +253,40 @@ SPACES: dict[str, tuple[Knob, ...]] = {
             "pointer loads work for any stride and leave the copy to the threads",
         ),
     ),
+    # Flash attention (online softmax over key blocks, the score matrix never in memory). The forward caps
+    # both tiles so a tile's rows times the padded head dim stay within 16K elements (registers), so a
+    # head dim of 1024 takes 16-row tiles whatever the knobs say.
+    "attention": (
+        Knob(
+            "block_m",
+            (16, 32, 64, 128),
+            64,
+            "taller query tiles reuse each key and value tile across more rows",
+            "shorter query tiles make more programs for short sequences and fewer registers",
+        ),
+        Knob(
+            "block_n",
+            (16, 32, 64, 128),
+            64,
+            "wider key tiles mean fewer loop trips and bigger MMA instructions",
+            "narrower key tiles hold fewer scores and values in registers",
+        ),
+        Knob("num_warps", (2, 4, 8), 4, _W_UP, _W_DN),
+        Knob(
+            "num_stages",
+            (1, 2, 3, 4),
+            2,
+            "more stages overlap the next key and value tiles' loads with this tile's MMAs",
+            "fewer stages free shared memory for bigger tiles",
+        ),
+        Knob(
+            "precision",
+            ("ieee", "tf32x3"),
+            "ieee",
+            "three TF32 passes keep near-fp32 accuracy at tensor-core speed (float32 operands)",
+            "IEEE fp32 products are exact to fp32 rounding",
+        ),
+    ),
 }
 
 
@@ -369,6 +404,7 @@ _PAIRS = {  # knobs that tend to move together
         ("group_m", "block_m"),
         ("persistent", "tma"),
     ),
+    "attention": (("block_m", "block_n"), ("block_n", "num_stages"), ("block_m", "num_warps")),
 }
 
 
@@ -431,6 +467,7 @@ _SPILL_FIXES = {
     "reduction": (("elems_per_thread", "down"), ("single_max_n", "down"), ("tile_elems", "down"), ("block_n", "down")),
     "elementwise": (("num_warps", "up"), ("block", "down")),
     "matmul": (("num_stages", "down"), ("block_n", "down"), ("num_warps", "up"), ("block_k", "down")),
+    "attention": (("block_n", "down"), ("block_m", "down"), ("num_stages", "down")),
 }
 _PARALLELISM_FIXES = {  # far below the copy ceiling: too few programs or bytes in flight to cover latency
     "rowwise": (
@@ -448,6 +485,7 @@ _PARALLELISM_FIXES = {  # far below the copy ceiling: too few programs or bytes 
     ),
     "elementwise": (("block", "down"), ("num_warps", "up"), ("persistent", "down")),
     "matmul": (),
+    "attention": (("block_m", "down"),),
 }
 _BANDWIDTH_FIXES = {  # close but not at the ceiling: more bytes in flight per thread, fewer re-reads
     "rowwise": (
@@ -461,18 +499,21 @@ _BANDWIDTH_FIXES = {  # close but not at the ceiling: more bytes in flight per t
     "reduction": (("cache_hints", "up"), ("elems_per_thread", "up"), ("tile_elems", "up"), ("single_max_n", "up")),
     "elementwise": (("cache_hints", "up"), ("block", "up"), ("persistent", "up")),
     "matmul": (),
+    "attention": (),
 }
 _OCCUPANCY_FIXES = {  # many registers per thread: fewer resident warps to hide memory latency
     "rowwise": (("elems_per_thread", "down"), ("tile_elems", "down")),
     "reduction": (("elems_per_thread", "down"), ("tile_elems", "down")),
     "elementwise": (("num_warps", "down"),),
     "matmul": (("num_stages", "down"),),
+    "attention": (("num_stages", "down"), ("block_n", "down")),
 }
 _RESOURCE_FIXES = {  # a compile that ran out of shared memory or registers
     "rowwise": (("num_stages", "down"), ("single_max_n", "down"), ("block_n", "down"), ("tile_elems", "down")),
     "reduction": (("single_max_n", "down"), ("block_n", "down"), ("tile_elems", "down")),
     "elementwise": (("block", "down"),),
     "matmul": (("num_stages", "down"), ("block_k", "down"), ("block_n", "down"), ("block_m", "down")),
+    "attention": (("num_stages", "down"), ("block_n", "down"), ("block_m", "down")),
 }
 LOW_PCT = 50.0  # below this % of the copy ceiling a memory-bound kernel is latency-bound, not bandwidth-bound
 GOOD_PCT = 90.0  # at or above it, the measurements argue for nothing in particular
@@ -520,7 +561,7 @@ def diagnose(template: str, result: Any) -> list[tuple[str, tuple[tuple[str, str
             )
         )
     timed = [t for t in getattr(result, "timing", ()) if t.pct_of_ceiling is not None]
-    if timed and template != "matmul":
+    if timed and template not in ("matmul", "attention"):
         low = min(timed, key=lambda t: t.pct_of_ceiling)
         where = f"{low.pct_of_ceiling:.0f}% of the copy ceiling at {low.case_id}"
         if low.pct_of_ceiling < LOW_PCT:
@@ -542,7 +583,7 @@ def diagnose(template: str, result: Any) -> list[tuple[str, tuple[tuple[str, str
             found.append(
                 (f"the parent reaches {where}: bandwidth-bound but short of the ceiling", _BANDWIDTH_FIXES[template])
             )
-    elif template == "matmul":
+    elif template in ("matmul", "attention"):
         regs = max((k.n_regs or 0 for k in kernels), default=0)
         if regs >= 255 and not spilled:
             found.append(

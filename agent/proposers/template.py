@@ -126,6 +126,9 @@ def _family_context(match: FamilyMatch) -> dict[str, Any]:
         ctx.update(a=r["a"], b=r["b"], activation="silu" if fam == "swiglu" else c.get("activation", "gelu_tanh"))
     elif fam == "row_sum":
         ctx.update(x=r["x"], keepdim=bool(c.get("keepdim", False)))
+    elif fam == "attention":
+        scale = c.get("scale")
+        ctx.update(q=r["q"], k_in=r["k"], v=r["v"], causal=bool(c.get("is_causal")), scale=repr(scale))
     else:
         ctx.update(
             x=r["x"],

@@ -53,7 +53,13 @@ def schedule_kinds(knobs: Any) -> tuple[str, ...]:
 
 
 # the hand-written family templates are specialised schedules of these kinds
-FAMILY_SCHEDULE = {"rowwise": "row", "elementwise": "pointwise", "reduction": "reduction", "matmul": "matmul"}
+FAMILY_SCHEDULE = {
+    "rowwise": "row",
+    "elementwise": "pointwise",
+    "reduction": "reduction",
+    "matmul": "matmul",
+    "attention": "attention",
+}
 
 
 def schedule_kind(knobs: Any, template_name: str | None) -> str | None:
