@@ -169,3 +169,19 @@ def test_a_question_about_flash_attention_names_the_attention_family_and_its_sof
     assert canonical_ops("what worked on H200 for flash attention?") == ("attention",)
     assert canonical_ops("causal SDPA at 512 tokens") == ("attention",)
     assert OP_RELATIVES["attention"] == ("softmax",) and OP_SCHEDULE["attention"] == "contraction"
+
+
+def test_the_builtin_attention_problem_is_causal_and_its_seed_passes_every_cpu_case_in_both_dtypes():
+    import evaluation
+    from evaluation.problem import load_problem
+
+    info = load_problem("attention", device="cpu")
+    assert info.builtin and info.op_family == "attention" and set(info.dtypes) == {"float32", "bfloat16"}
+    assert match_family(info.source_path).constants == {"is_causal": True, "scale": None}
+    seed = (Path(evaluation.__file__).parent / "seeds" / "attention.py").read_text()
+    assert dot_precisions(seed) == ("ieee",)
+    result = evaluation.evaluate(seed, info, device="cpu", time_it=False, timeout_s=600)
+    assert result.status.value == "passed", result.message
+    cases = {(r.case_id.split("|")[0], r.dtype) for r in result.shape_results}
+    assert {("B=1,H=1,L=1,D=16", "float32"), ("B=1,H=1,L=17,D=200", "bfloat16")} <= cases
+    assert len({c for c, _ in cases}) == 5

@@ -5,7 +5,8 @@ module-level integer size constants that those functions read at call time) plus
 the harness reads when present:
 
 - `OP_FAMILY: str`       the kernel family ("layernorm", "rmsnorm", "softmax", "log_softmax",
-                         "cross_entropy", "swiglu", "geglu", "add_rmsnorm", "row_sum", "matmul_epilogue")
+                         "cross_entropy", "swiglu", "geglu", "add_rmsnorm", "row_sum", "matmul_epilogue",
+                         "attention")
 - `DESCRIPTION: str`     one line
 - `SHAPES: dict[str, list[dict]]`   per device kind ("cuda", "cpu") the declared cases; each dict binds
                          size constants and may carry `"tags": (...)` ("representative", "timed",

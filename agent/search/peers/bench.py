@@ -57,6 +57,9 @@ DEFAULT_ROWS: tuple[tuple[str, dict[str, int]], ...] = (
     ("matmul_epilogue", {"M": 4096, "K": 4096, "N": 4096}),
     ("matmul_epilogue", {"M": 1024, "K": 8192, "N": 8192}),
     ("matmul_epilogue", {"M": 8192, "K": 4096, "N": 14336}),
+    # causal attention (the flash template) against SDPA's own flash kernel in eager and compile
+    ("attention", {"B": 4, "H": 16, "L": 2048, "D": 64}),
+    ("attention", {"B": 2, "H": 16, "L": 4096, "D": 128}),
 )
 PROVIDERS = ("eager", "torch_compile", "max_autotune", "kernel")
 TOLERANCE = {"bfloat16": (1.6e-2, 1.6e-2), "float16": (2e-3, 2e-3), "float32": (1e-4, 1e-4)}
@@ -518,7 +521,7 @@ def print_table(measurements: list[Measurement], header: bool = True) -> None:
         if m.status != "timed":
             print(f"{m.row:34} {m.provider:26} {m.status}: {m.note}")
             continue
-        tfl = _fmt(m.tflops, ".0f") if m.row.startswith("matmul") else "-"
+        tfl = _fmt(m.tflops, ".0f") if m.row.startswith(("matmul", "attention")) else "-"
         print(
             f"{m.row:34} {m.provider:26} {m.p50_ms:9.4f} {m.gbps:7.0f} {_fmt(m.pct_of_copy, '7.1f')} {tfl:>8} "
             f"{_fmt(m.ratios.get('eager'), '8.2f')} {_fmt(m.ratios.get('torch_compile'), '9.2f')} "

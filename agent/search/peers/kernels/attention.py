@@ -1,0 +1,118 @@
+"""attention candidate from kernelscout's template proposer (attention.j2).
+
+knobs: {"block_m": 64, "block_n": 64, "num_stages": 2, "num_warps": 4, "precision": "ieee"}"""
+
+import math
+import os
+
+import torch
+import triton
+import triton.language as tl
+from torch import nn
+
+_BLOCK_M = 64
+_BLOCK_N = 64
+_TILE_ELEMS = 16384  # a tile's rows times the padded head dim: what the registers of one program hold
+_LOG2E = 1.4426950408889634
+# The interpreter computes bf16 dots wrongly: there, low-precision operands are widened to fp32 first.
+_INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+
+
+@triton.jit
+def _attention(Q, K, V, Out, L, S, E, EV, n_m, qk_scale,
+               sqb, sqm, sqe, skb, skn, ske, svb, svn, sve, sob, som, soe,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr,
+               CAUSAL: tl.constexpr, FP32: tl.constexpr, UPCAST: tl.constexpr):
+    pid = tl.program_id(0)
+    pid_m = pid % n_m
+    bh = (pid // n_m).to(tl.int64)
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    re = tl.arange(0, BLOCK_E)
+    rev = tl.arange(0, BLOCK_EV)
+    q = tl.load(Q + bh * sqb + rm[:, None] * sqm + re[None, :] * sqe,
+                mask=(rm < L)[:, None] & (re < E)[None, :], other=0.0)
+    if UPCAST:
+        q = q.to(tl.float32)
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)
+    hi = S
+    if CAUSAL:  # key j is seen by query i when j <= i (torch's is_causal: the top-left lower triangle)
+        hi = tl.minimum(S, (pid_m + 1) * BLOCK_M)
+    for start in range(0, hi, BLOCK_N):
+        rn = start + tl.arange(0, BLOCK_N)
+        kt = tl.load(K + bh * skb + rn[None, :] * skn + re[:, None] * ske,
+                     mask=(rn < S)[None, :] & (re < E)[:, None], other=0.0)
+        v = tl.load(V + bh * svb + rn[:, None] * svn + rev[None, :] * sve,
+                    mask=(rn < S)[:, None] & (rev < EV)[None, :], other=0.0)
+        if UPCAST:
+            kt = kt.to(tl.float32)
+            v = v.to(tl.float32)
+        if FP32:
+            s = tl.dot(q, kt, input_precision="ieee")
+        else:
+            s = tl.dot(q, kt, input_precision="ieee")
+        s = s * qk_scale  # scale * log2(e): the softmax in base 2
+        valid = (rn < S)[None, :]
+        if CAUSAL:
+            valid = valid & (rn[None, :] <= rm[:, None])
+        s = tl.where(valid, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet: nothing to rescale
+        p = tl.exp2(s - m_safe[:, None])
+        alpha = tl.exp2(m_i - m_safe)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        if FP32:
+            acc = tl.dot(p, v, acc, input_precision="ieee")
+        else:
+            acc = tl.dot(p.to(v.dtype), v, acc, input_precision="ieee")
+        m_i = m_new
+    out = acc / l_i[:, None]
+    tl.store(Out + bh * sob + rm[:, None] * som + rev[None, :] * soe, out.to(Out.dtype.element_ty),
+             mask=(rm < L)[:, None] & (rev < EV)[None, :])
+
+
+def _tile(rows: int, width: int, longest: int) -> int:
+    """The knob's tile, capped by the registers a row of `width` takes and by the sequence's length."""
+    cap = max(16, _TILE_ELEMS // width)
+    return max(16, min(rows, cap, triton.next_power_of_2(max(longest, 1))))
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, q, k, v):
+        q, k, v = q, k, v
+        *batch, L, E = q.shape
+        S, EV = k.shape[-2], v.shape[-1]
+        batch = torch.broadcast_shapes(tuple(batch), tuple(k.shape[:-2]), tuple(v.shape[:-2]))
+        nb = math.prod(batch)
+        q3 = q.expand(*batch, L, E).reshape(nb, L, E)
+        k3 = k.expand(*batch, S, E).reshape(nb, S, E)
+        v3 = v.expand(*batch, S, EV).reshape(nb, S, EV)
+        if S == 0:  # softmax over no keys, then a product over no keys: torch gives zeros
+            return torch.zeros(*batch, L, EV, device=q.device, dtype=q.dtype)
+        o = torch.empty(nb, L, EV, device=q.device, dtype=q.dtype)
+        if o.numel() == 0:
+            return o.reshape(*batch, L, EV)
+        scale = None
+        if scale is None:
+            scale = 1.0 / math.sqrt(E)
+        block_e = max(16, triton.next_power_of_2(E))
+        block_ev = max(16, triton.next_power_of_2(EV))
+        width = max(block_e, block_ev)
+        block_m = _tile(_BLOCK_M, width, L)
+        block_n = _tile(_BLOCK_N, width, S)
+        upcast = _INTERPRETED and q.dtype != torch.float32
+        n_m = triton.cdiv(L, block_m)
+        _attention[(n_m * nb,)](
+            q3, k3, v3, o, L, S, E, EV, n_m, scale * _LOG2E,
+            q3.stride(0), q3.stride(1), q3.stride(2), k3.stride(0), k3.stride(1), k3.stride(2),
+            v3.stride(0), v3.stride(1), v3.stride(2), o.stride(0), o.stride(1), o.stride(2),
+            BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_E=block_e, BLOCK_EV=block_ev,
+            CAUSAL=True, FP32=q.dtype == torch.float32 or upcast, UPCAST=upcast,
+            num_warps=4, num_stages=2,
+        )
+        return o.reshape(*batch, L, EV)
