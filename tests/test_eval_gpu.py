@@ -231,3 +231,18 @@ def test_a_gated_check_compiles_its_kernels_before_it_waits_for_its_lane(small_l
     assert lane.granted == 1 and row["gate_s"] >= 0.9
     assert stamps["armed"] < stamps["compiled"] < stamps["proceed"]  # compiled, then waited, then the battery
     assert seconds["compile"] > 0.1  # Triton really compiled, in the pass before the lane
+
+
+def test_the_attention_seed_passes_every_cuda_case_and_is_timed_against_sdpa_in_eager_and_compile(kscout_home):
+    """The flash template on the device: every declared case in both dtypes (L=1, 4099 and a head dim of
+    256 among them), and a ratio to SDPA's own kernels for the timed ones (any value: this is a test of
+    what is measured, the peers benchmark reports how fast)."""
+    info = load_problem("attention", "cuda")
+    seed = (ROOT / "evaluation" / "seeds" / "attention.py").read_text()
+    result = evaluate(seed, info, device="cuda", trials=1)
+    assert result.status is Status.passed, result.message
+    assert {r.dtype for r in result.shape_results} == {"float32", "bfloat16"}
+    assert {t.case_id for t in result.timing} == {c.case_id for c in info.shape_cases if "timed" in c.tags}
+    for t in result.timing:
+        assert [b.name for b in t.baselines] == ["eager", "torch_compile"]
+        assert all(s.ratio > 0 for s in t.speedups)

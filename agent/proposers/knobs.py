@@ -254,8 +254,8 @@ SPACES: dict[str, tuple[Knob, ...]] = {
         ),
     ),
     # Flash attention (online softmax over key blocks, the score matrix never in memory). The forward caps
-    # both tiles so a tile's rows times the padded head dim stay within 16K elements (registers), so a
-    # head dim of 1024 takes 16-row tiles whatever the knobs say.
+    # both tiles at 32 KB (a head dim of 1024 takes 16-row tiles whatever the knobs say) and the stages at
+    # what fits in 160 KB of shared memory beside the query tile.
     "attention": (
         Knob(
             "block_m",

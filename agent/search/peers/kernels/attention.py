@@ -12,7 +12,9 @@ from torch import nn
 
 _BLOCK_M = 64
 _BLOCK_N = 64
-_TILE_ELEMS = 16384  # a tile's rows times the padded head dim: what the registers of one program hold
+_STAGES = 2
+_TILE_BYTES = 32768  # one query, key or value tile at most: a 16-row tile of a 1024-wide fp32 head is 64 KB
+_SMEM_BYTES = 160 * 1024  # what the pipelined key and value tiles and the query tile may take
 _LOG2E = 1.4426950408889634
 # The interpreter computes bf16 dots wrongly: there, low-precision operands are widened to fp32 first.
 _INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
@@ -73,9 +75,9 @@ def _attention(Q, K, V, Out, L, S, E, EV, n_m, qk_scale,
              mask=(rm < L)[:, None] & (rev < EV)[None, :])
 
 
-def _tile(rows: int, width: int, longest: int) -> int:
-    """The knob's tile, capped by the registers a row of `width` takes and by the sequence's length."""
-    cap = max(16, _TILE_ELEMS // width)
+def _tile(rows: int, row_bytes: int, longest: int) -> int:
+    """The knob's tile, capped by `_TILE_BYTES` of rows of `row_bytes` and by the sequence's length."""
+    cap = max(16, _TILE_BYTES // row_bytes)
     return max(16, min(rows, cap, triton.next_power_of_2(max(longest, 1))))
 
 
@@ -102,10 +104,14 @@ class ModelNew(nn.Module):
             scale = 1.0 / math.sqrt(E)
         block_e = max(16, triton.next_power_of_2(E))
         block_ev = max(16, triton.next_power_of_2(EV))
-        width = max(block_e, block_ev)
-        block_m = _tile(_BLOCK_M, width, L)
-        block_n = _tile(_BLOCK_N, width, S)
         upcast = _INTERPRETED and q.dtype != torch.float32
+        item = 4 if upcast else q.element_size()
+        row_bytes = max(block_e, block_ev) * item
+        block_m = _tile(_BLOCK_M, row_bytes, L)
+        block_n = _tile(_BLOCK_N, row_bytes, S)
+        # as many stages of key and value tiles as fit beside the query tile (a wide fp32 head takes one)
+        stage_bytes = block_n * (block_e + block_ev) * item
+        stages = max(1, min(_STAGES, (_SMEM_BYTES - block_m * block_e * item) // stage_bytes))
         n_m = triton.cdiv(L, block_m)
         _attention[(n_m * nb,)](
             q3, k3, v3, o, L, S, E, EV, n_m, scale * _LOG2E,
@@ -113,6 +119,6 @@ class ModelNew(nn.Module):
             v3.stride(0), v3.stride(1), v3.stride(2), o.stride(0), o.stride(1), o.stride(2),
             BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_E=block_e, BLOCK_EV=block_ev,
             CAUSAL=True, FP32=q.dtype == torch.float32 or upcast, UPCAST=upcast,
-            num_warps=4, num_stages=2,
+            num_warps=4, num_stages=stages,
         )
         return o.reshape(*batch, L, EV)
