@@ -38,9 +38,9 @@ from knowledge.records import QueryFacets
 
 NONE, MENTIONS, ABOUT = 0, 1, 2
 # Op tags on at least this share of the known op families say a page applies to every op, not that it
-# is about one: the shipped constraint pages tagged with 8 and 10 of the 10 families. A library page
-# about row-wise kernels (7 of 10, all one schedule kind) stays specific.
-GENERIC_TAGS_SHARE = 0.75
+# is about one: the shipped constraint pages tagged with 8 and 10 of the 11 families. A library page
+# about row-wise kernels (7 of 11, all one schedule kind) stays specific.
+GENERIC_TAGS_SHARE = 0.7
 
 
 class PassageFacets(NamedTuple):
