@@ -185,3 +185,18 @@ def test_the_builtin_attention_problem_is_causal_and_its_seed_passes_every_cpu_c
     cases = {(r.case_id.split("|")[0], r.dtype) for r in result.shape_results}
     assert {("B=1,H=1,L=1,D=16", "float32"), ("B=1,H=1,L=17,D=200", "bfloat16")} <= cases
     assert len({c for c, _ in cases}) == 5
+
+
+def test_the_float32_tolerance_is_what_pytorchs_own_float32_attention_reaches_on_the_offset_trial():
+    """The judge's offset trial (inputs x*4+1.5) over 1000 keys: PyTorch's float32 SDPA misses the default
+    (1e-4, 1e-4) against float64 and meets the problem's declared (5e-4, 5e-4)."""
+    from evaluation.problems import attention
+
+    g = torch.Generator().manual_seed(1385780051)
+    q, k, v = (torch.randn(2, 3, 1000, 80, generator=g) * 4 + 1.5 for _ in range(3))
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    ref = sdpa(q.double(), k.double(), v.double(), is_causal=True)
+    err = (sdpa(q, k, v, is_causal=True).double() - ref).abs()
+    assert (err > 1e-4 + 1e-4 * ref.abs()).any()
+    atol, rtol = attention.TOLERANCES["float32"]
+    assert (atol, rtol) == (5e-4, 5e-4) and bool((err <= atol + rtol * ref.abs()).all())

@@ -1,8 +1,8 @@
 """Causal self-attention, the core of a decoder layer: softmax(q k^T / sqrt(D), causal) v.
 
 Built-in problem file (format: evaluation/problems/__init__.py). q, k and v are (B, H, L, D); query i
-sees keys 0..i (torch's is_causal). Float32 is judged at IEEE precision and the baselines keep
-IEEE-fp32 matmuls, so a kernel's float32 dot precision (ieee or tf32x3) must meet the default tolerance.
+sees keys 0..i (torch's is_causal). The baselines keep IEEE-fp32 matmuls; float32 is judged
+at (5e-4, 5e-4), what PyTorch's own float32 attention reaches over 4099 keys (TOLERANCES below).
 """
 
 import torch
@@ -17,6 +17,11 @@ L = 2048
 D = 64
 
 DTYPES = ("float32", "bfloat16")
+
+# PyTorch's own float32 SDPA misses (1e-4, 1e-4) against float64 on the offset trial (inputs x*4+1.5) once
+# the rows are long: max error 1.7e-4 at L=1000, D=80 and 2.6e-4 at L=4099, D=128 (CPU, 2026-12-07),
+# from summing a thousand exp-weighted values of magnitude ~5 into a result near 0.
+TOLERANCES = {"float32": (5e-4, 5e-4)}
 
 SHAPES = {
     "cuda": [
