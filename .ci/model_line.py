@@ -6,12 +6,19 @@ import json
 import sys
 
 
-def line(path: str, stem: str, wall: str) -> str:
+def line(path: str, stem: str, wall: str, rc: str = "?") -> str:
     try:
         with open(path) as f:
-            d = json.loads(f.read().strip().splitlines()[-1])
-    except (OSError, ValueError, IndexError) as exc:
-        return f"model {stem}: no report ({type(exc).__name__}), {wall} s wall"
+            text = f.read().strip()
+    except OSError as exc:
+        return f"model {stem}: no report ({type(exc).__name__}), exit {rc}, {wall} s wall"
+    if not text:
+        killed = " (timed out: MODEL_TIMEOUT)" if rc in ("124", "137") else ""
+        return f"model {stem}: no report, the command printed nothing; exit {rc}{killed}, {wall} s wall"
+    try:
+        d = json.loads(text.splitlines()[-1])
+    except ValueError as exc:
+        return f"model {stem}: no report ({type(exc).__name__}), exit {rc}, {wall} s wall"
     rows = d.get("regions", [])
     searched = [r for r in rows if r.get("state") == "searched"]
     won = [
@@ -36,12 +43,14 @@ def line(path: str, stem: str, wall: str) -> str:
         after = sum(r["time_us"] / r["speedup"] if r.get("kernel") else r.get("time_us", 0.0) for r in rows)
         after += d.get("glue_us", 0.0)
         predicted = f", predicted {before / after:.3f}x" if after > 0 else ""
+    # why searched regions kept their reference ops (their run's counts, failures and stop)
+    kept = "".join(f"\n  {r['name']}: {r['reason']}" for r in searched if not r.get("kernel") and r.get("reason"))
     return (
         f"model {stem}: {d.get('verdict')}, {speed}{predicted}; {len(rows)} regions, {len(searched)} searched "
         f"({sum(1 for r in searched if not r.get('same_as'))} searches), "
-        f"kernels {', '.join(won) or 'none'}; {wall} s wall"
+        f"kernels {', '.join(won) or 'none'}; {wall} s wall{kept}"
     )
 
 
 if __name__ == "__main__":
-    print(line(*sys.argv[1:4]))
+    print(line(*sys.argv[1:5]))

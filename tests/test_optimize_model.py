@@ -251,3 +251,37 @@ def test_the_command_refuses_a_missing_file_in_one_line(tmp_path, capsys):
 def test_the_command_refuses_a_malformed_model_file(tmp_path, capsys, text):
     code, err = kscout(["optimize-model", write(tmp_path, "bad.py", text), "--device", "cpu"], capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1 and err.startswith("kscout: error:")
+
+
+def test_a_run_where_no_region_takes_a_kernel_is_unchanged_and_each_region_says_why(tmp_path, capsys):
+    """A time budget spent before any search starts: no region has a kernel, so nothing is assembled or
+    judged (a ModelNew of reference ops would be refused for launching no Triton kernel, a verdict that
+    blames kernels that do not exist); the verdict is `unchanged`, and each row says why."""
+    path = write(tmp_path, "mlp.py", MLP)
+    with Store.open(home=tmp_path / "store") as st:
+        report = flow.optimize_model(path, st, work=tmp_path / "work", budget=2, min_share=0.0, minutes=0)
+    assert (report.verdict, report.assembled_path, report.candidate_id) == ("unchanged", None, None)
+    assert report.verdict_message.startswith("no region took a kernel (2 searched")
+    assert [r.kernel for r in report.regions] == [None, None]
+    for row in report.regions:
+        assert row.reason == (
+            "kept the reference ops: its search not started: the shared time budget was spent before it started"
+        )
+    assert "unchanged end to end" in Path(report.report_path).read_text()
+
+
+def test_a_search_that_ran_and_passed_nothing_gives_its_counts_failures_and_stop():
+    from agent.search.summary import FailureCount
+
+    s = types.SimpleNamespace(
+        evaluations=3,
+        passed=0,
+        failures=(FailureCount(status="crashed", error_class="AcceleratorError", count=3),),
+        stop_reason="deadline",
+    )
+    assert flow.no_kernel_reason(s) == (
+        "kept the reference ops: no kernel passed (3 evaluated, 0 passed; 3 crashed (AcceleratorError)); "
+        "stopped: deadline"
+    )
+    s.passed, s.failures, s.stop_reason = 2, (), None
+    assert flow.no_kernel_reason(s) == "kept the reference ops: no passing kernel was picked (3 evaluated, 2 passed)"

@@ -113,7 +113,8 @@ def render(report) -> None:
         markup=False,
         soft_wrap=True,
     )
-    con.print(f"assembled: {report.assembled_path}", highlight=False, markup=False, soft_wrap=True)
+    if report.assembled_path:
+        con.print(f"assembled: {report.assembled_path}", highlight=False, markup=False, soft_wrap=True)
     if report.report_path:
         con.print(f"report: {report.report_path}", highlight=False, markup=False, soft_wrap=True)
     if report.candidate_id:

@@ -157,6 +157,10 @@ def search(
         for c, row in zip(many_plan([str(r.problem_path) for r in hot], base), hot)
     ]
     result = run_many(configs, store, shared=Shared(minutes=minutes), on_event=on_event)
+    for row, o in zip(hot, result.outcomes):
+        if not o.run_id:  # never started (the shared deadline had passed) or failed at once: the row says so
+            why = f"its search {o.state.replace('_', ' ')}" + (f": {o.reason}" if o.reason else "")
+            plan.rows[row.name] = row.model_copy(update={"reason": f"kept the reference ops: {why}"})
     return {row.name: o.run_id for row, o in zip(hot, result.outcomes) if o.run_id}
 
 
@@ -175,6 +179,8 @@ def winners(plan: Plan, store, runs: dict[str, str], *, no_hybrid: bool = False)
         if slower is not None:  # the region keeps its reference ops: a kernel may only make the model faster
             update.update(reason=slower)
             kernel = None
+        elif kernel is None:
+            update.update(reason=no_kernel_reason(s))
         if kernel is not None:
             source = store.get_candidate(kernel.candidate_id, run_id=run_id).source
             e = plan.extracted[name]
@@ -186,6 +192,17 @@ def winners(plan: Plan, store, runs: dict[str, str], *, no_hybrid: bool = False)
             if name in out:
                 out[member] = out[name]
     return out
+
+
+def no_kernel_reason(s) -> str:
+    """Why a region's search gave no kernel, from its run's summary: what it evaluated, how those failed and
+    why it stopped ("kept the reference ops: no kernel passed: 3 evaluated, 3 crashed (AcceleratorError);
+    stopped: deadline")."""
+    fails = ", ".join(f"{f.count} {f.status} ({f.error_class})" for f in s.failures)
+    what = f"{s.evaluations} evaluated, {s.passed} passed" + (f"; {fails}" if fails else "")
+    why = "no kernel passed" if s.passed == 0 else "no passing kernel was picked"
+    stop = f"; stopped: {s.stop_reason}" if s.stop_reason else ""
+    return f"kept the reference ops: {why} ({what}){stop}"
 
 
 def reference_is_faster(kernel) -> Optional[str]:
@@ -325,11 +342,44 @@ def optimize_model(
     plan = prepare(path, device=device, budget=budget, min_share=min_share, work=work)
     runs = search(plan, store, stall=stall, minutes=minutes, trials=trials, on_event=on_event, no_hybrid=no_hybrid)
     won = winners(plan, store, runs, no_hybrid=no_hybrid)
-    title = f"{Path(path).name}: ModelNew assembled by kscout optimize-model from regions {', '.join(won) or '(none)'}."
-    source = assemble.assemble(plan.traced, plan.regions, plan.free, won, title)
-    report = judge(plan, source, work, tolerance=tolerance, trials=trials, winners_=won, store=store, autotune=autotune)
+    if not won:  # nothing to assemble: the model stays as it is, and says why region by region
+        report = unchanged(plan, tolerance)
+    else:
+        report = assembled(plan, won, path, work, tolerance, trials, store, autotune)
     from agent.model import page
 
     html = work / f"{Path(path).stem}_report.html"
     html.write_text(page.render(report))
     return report.model_copy(update={"report_path": str(html)})
+
+
+def assembled(plan: Plan, won: dict, path: str, work: Path, tolerance: str, trials: int, store, autotune: bool):
+    """The ModelNew of the winning kernels, judged end to end (and recorded, with a store)."""
+    title = f"{Path(path).name}: ModelNew assembled by kscout optimize-model from regions {', '.join(won) or '(none)'}."
+    source = assemble.assemble(plan.traced, plan.regions, plan.free, won, title)
+    return judge(plan, source, work, tolerance=tolerance, trials=trials, winners_=won, store=store, autotune=autotune)
+
+
+def unchanged(plan: Plan, tolerance: str) -> ModelReport:
+    """The report of a run where no region took a kernel: verdict `unchanged`, nothing assembled, judged or
+    recorded (a ModelNew of reference ops alone would be refused as launching no Triton kernel, which reads
+    as a fault of the model's kernels when there are none). Each region's row says why."""
+    searched = [r for r in plan.rows.values() if r.state == "searched"]
+    p = plan.profile
+    return ModelReport(
+        model=Path(plan.path).name,
+        device=plan.device,
+        clock=p.clock,
+        eager_us=p.eager_us,
+        graph_us=p.graph_us,
+        glue_us=p.glue_us,
+        regions=tuple(plan.rows[r.name] for r in plan.regions),
+        verdict="unchanged",
+        verdict_message=(
+            f"no region took a kernel ({len(searched)} searched; each row says why): the model keeps its own ops"
+            if searched
+            else "no region was hot and lowerable enough to search: the model keeps its own ops"
+        ),
+        model_tolerance=tolerance,
+        timing_note="not measured: nothing was assembled",
+    )
