@@ -200,3 +200,19 @@ def test_the_float32_tolerance_is_what_pytorchs_own_float32_attention_reaches_on
     assert (err > 1e-4 + 1e-4 * ref.abs()).any()
     atol, rtol = attention.TOLERANCES["float32"]
     assert (atol, rtol) == (5e-4, 5e-4) and bool((err <= atol + rtol * ref.abs()).all())
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+def test_tiles_inside_the_sequence_and_below_the_diagonal_skip_the_masks_with_the_same_values(tmp_path, causal):
+    """A power-of-two head (no padded columns) over 70 keys in 16-key tiles: the first loop takes the
+    tiles wholly inside S (and, causal, wholly below a query tile's first row) without masks, the second
+    the tail and the diagonal with them; the values are attention's either way."""
+    extra = ", is_causal=True" if causal else ""
+    source = render(
+        match_family(problem(tmp_path, extra, "p")), {**K.default_knobs("attention"), "block_m": 16, "block_n": 16}
+    )
+    assert "MASKED: tl.constexpr" in source and "EVEN_E=E == block_e" in source
+    model = module(source).ModelNew()
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(2, 2, 70, 32, generator=g) for _ in range(3))
+    assert torch.allclose(model(q, k, v).double(), reference(q, k, v, causal, None), atol=2e-5, rtol=1e-4)

@@ -1,7 +1,8 @@
 """Seed kernel for the attention problem: the attention template (agent/proposers/templates/attention.j2)
-at its default knobs. One program per (64-query tile, batch-head) walks the key tiles up to its diagonal,
-keeping a running max and sum of exp per query row (base 2) and rescaling its fp32 accumulator, so the
-(L, L) score matrix never goes to memory. Float32 products at IEEE precision.
+at its default knobs. One program per (64-query tile, batch-head), the longest tiles first, walks the key
+tiles up to its diagonal: those wholly inside the sequence and below the diagonal without masks, the
+rest with them, keeping a running max and sum of exp per query row (base 2) and rescaling its fp32
+accumulator, so the (L, L) score matrix never goes to memory. Float32 products at IEEE precision.
 """
 
 import math
@@ -20,6 +21,76 @@ _SMEM_BYTES = 160 * 1024  # what the pipelined key and value tiles and the query
 _LOG2E = 1.4426950408889634
 # The interpreter computes bf16 dots wrongly: there, low-precision operands are widened to fp32 first.
 _INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+
+
+@triton.jit
+def _attend(
+    acc,
+    l_i,
+    m_i,
+    q,
+    K,
+    V,
+    S,
+    E,
+    EV,
+    qk_scale,
+    bh,
+    start,
+    rm,
+    re,
+    rev,
+    skb,
+    skn,
+    ske,
+    svb,
+    svn,
+    sve,
+    BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    MASKED: tl.constexpr,
+    EVEN_E: tl.constexpr,
+    FP32: tl.constexpr,
+    UPCAST: tl.constexpr,
+):
+    """One key tile into the online softmax. MASKED: the tile may hold keys past S or, under CAUSAL, past
+    a query's own position; the others (below the diagonal, inside S) skip both masks."""
+    rn = start + tl.arange(0, BLOCK_N)
+    k_ptr = K + bh * skb + rn[None, :] * skn + re[:, None] * ske
+    v_ptr = V + bh * svb + rn[:, None] * svn + rev[None, :] * sve
+    if MASKED:
+        kt = tl.load(k_ptr, mask=(rn < S)[None, :] & (re < E)[:, None], other=0.0)
+        v = tl.load(v_ptr, mask=(rn < S)[:, None] & (rev < EV)[None, :], other=0.0)
+    elif EVEN_E:
+        kt = tl.load(k_ptr)
+        v = tl.load(v_ptr)
+    else:
+        kt = tl.load(k_ptr, mask=(re < E)[:, None], other=0.0)
+        v = tl.load(v_ptr, mask=(rev < EV)[None, :], other=0.0)
+    if UPCAST:
+        kt = kt.to(tl.float32)
+        v = v.to(tl.float32)
+    if FP32:
+        s = tl.dot(q, kt, input_precision="ieee")
+    else:
+        s = tl.dot(q, kt, input_precision="ieee")
+    if MASKED:
+        valid = (rn < S)[None, :]
+        if CAUSAL:
+            valid = valid & (rn[None, :] <= rm[:, None])
+        s = tl.where(valid, s, float("-inf"))
+    # every row sees key 0 in the first tile (causal or not), so m_new is finite from the first tile on;
+    # qk_scale = scale * log2(e) (the softmax in base 2) meets the max's subtraction in one fma per score
+    m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+    p = tl.exp2(s * qk_scale - m_new[:, None])
+    alpha = tl.exp2(m_i - m_new)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None]
+    if FP32:
+        acc = tl.dot(p, v, acc, input_precision="ieee")
+    else:
+        acc = tl.dot(p.to(v.dtype), v, acc, input_precision="ieee")
+    return acc, l_i, m_new
 
 
 @triton.jit
@@ -51,11 +122,14 @@ def _attention(
     BLOCK_E: tl.constexpr,
     BLOCK_EV: tl.constexpr,
     CAUSAL: tl.constexpr,
+    EVEN_E: tl.constexpr,
     FP32: tl.constexpr,
     UPCAST: tl.constexpr,
 ):
     pid = tl.program_id(0)
     pid_m = pid % n_m
+    if CAUSAL:  # the longest query tiles (the most keys) first, so the short ones fill the tail
+        pid_m = n_m - 1 - pid_m
     bh = (pid // n_m).to(tl.int64)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     re = tl.arange(0, BLOCK_E)
@@ -71,39 +145,69 @@ def _attention(
     hi = S
     if CAUSAL:  # key j is seen by query i when j <= i (torch's is_causal: the top-left lower triangle)
         hi = tl.minimum(S, (pid_m + 1) * BLOCK_M)
-    for start in range(0, hi, BLOCK_N):
-        rn = start + tl.arange(0, BLOCK_N)
-        kt = tl.load(
-            K + bh * skb + rn[None, :] * skn + re[:, None] * ske, mask=(rn < S)[None, :] & (re < E)[:, None], other=0.0
+        full = (tl.minimum(S, pid_m * BLOCK_M) // BLOCK_N) * BLOCK_N  # tiles wholly below the diagonal
+    else:
+        full = (S // BLOCK_N) * BLOCK_N
+    for start in range(0, full, BLOCK_N):
+        acc, l_i, m_i = _attend(
+            acc,
+            l_i,
+            m_i,
+            q,
+            K,
+            V,
+            S,
+            E,
+            EV,
+            qk_scale,
+            bh,
+            start,
+            rm,
+            re,
+            rev,
+            skb,
+            skn,
+            ske,
+            svb,
+            svn,
+            sve,
+            BLOCK_N,
+            CAUSAL,
+            False,
+            EVEN_E,
+            FP32,
+            UPCAST,
         )
-        v = tl.load(
-            V + bh * svb + rn[:, None] * svn + rev[None, :] * sve,
-            mask=(rn < S)[:, None] & (rev < EV)[None, :],
-            other=0.0,
+    for start in range(full, hi, BLOCK_N):
+        acc, l_i, m_i = _attend(
+            acc,
+            l_i,
+            m_i,
+            q,
+            K,
+            V,
+            S,
+            E,
+            EV,
+            qk_scale,
+            bh,
+            start,
+            rm,
+            re,
+            rev,
+            skb,
+            skn,
+            ske,
+            svb,
+            svn,
+            sve,
+            BLOCK_N,
+            CAUSAL,
+            True,
+            EVEN_E,
+            FP32,
+            UPCAST,
         )
-        if UPCAST:
-            kt = kt.to(tl.float32)
-            v = v.to(tl.float32)
-        if FP32:
-            s = tl.dot(q, kt, input_precision="ieee")
-        else:
-            s = tl.dot(q, kt, input_precision="ieee")
-        s = s * qk_scale  # scale * log2(e): the softmax in base 2
-        valid = (rn < S)[None, :]
-        if CAUSAL:
-            valid = valid & (rn[None, :] <= rm[:, None])
-        s = tl.where(valid, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet: nothing to rescale
-        p = tl.exp2(s - m_safe[:, None])
-        alpha = tl.exp2(m_i - m_safe)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None]
-        if FP32:
-            acc = tl.dot(p, v, acc, input_precision="ieee")
-        else:
-            acc = tl.dot(p.to(v.dtype), v, acc, input_precision="ieee")
-        m_i = m_new
     out = acc / l_i[:, None]
     tl.store(
         Out + bh * sob + rm[:, None] * som + rev[None, :] * soe,
@@ -178,6 +282,7 @@ class ModelNew(nn.Module):
             BLOCK_E=block_e,
             BLOCK_EV=block_ev,
             CAUSAL=True,
+            EVEN_E=E == block_e and EV == block_ev,
             FP32=q.dtype == torch.float32 or upcast,
             UPCAST=upcast,
             num_warps=4,
