@@ -202,16 +202,22 @@ def test_the_float32_tolerance_is_what_pytorchs_own_float32_attention_reaches_on
     assert (atol, rtol) == (5e-4, 5e-4) and bool((err <= atol + rtol * ref.abs()).all())
 
 
+@pytest.mark.parametrize("k_stored", [False, True], ids=["k-through-pointers", "k-as-stored"])
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
-def test_tiles_inside_the_sequence_and_below_the_diagonal_skip_the_masks_with_the_same_values(tmp_path, causal):
+def test_tiles_inside_the_sequence_and_below_the_diagonal_skip_the_masks_with_the_same_values(
+    tmp_path, causal, k_stored
+):
     """A power-of-two head (no padded columns) over 70 keys in 16-key tiles: the first loop takes the
-    tiles wholly inside S (and, causal, wholly below a query tile's first row) without masks, the second
-    the tail and the diagonal with them; the values are attention's either way."""
+        tiles wholly inside S (and, causal, wholly below a query tile's first row) without masks, the second
+        the tail and the diagonal with them; the values are attention's either way, with the key tile loaded
+    through transposed pointers or as stored."""
     extra = ", is_causal=True" if causal else ""
     source = render(
-        match_family(problem(tmp_path, extra, "p")), {**K.default_knobs("attention"), "block_m": 16, "block_n": 16}
+        match_family(problem(tmp_path, extra, "p")),
+        {**K.default_knobs("attention"), "block_m": 16, "block_n": 16, "k_stored": k_stored},
     )
     assert "MASKED: tl.constexpr" in source and "EVEN_E=E == block_e" in source
+    assert ("kt = tl.trans(k)" in source) is k_stored  # the key tile's layout is the knob's
     model = module(source).ModelNew()
     g = torch.Generator().manual_seed(2)
     q, k, v = (torch.randn(2, 2, 70, 32, generator=g) for _ in range(3))

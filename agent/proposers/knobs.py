@@ -286,6 +286,14 @@ SPACES: dict[str, tuple[Knob, ...]] = {
             "three TF32 passes keep near-fp32 accuracy at tensor-core speed (float32 operands)",
             "IEEE fp32 products are exact to fp32 rounding",
         ),
+        Knob(
+            "k_stored",
+            (False, True),
+            False,
+            "the key tile loaded as stored (rows of the head dim contiguous) and transposed in registers, the "
+            "layout flash-attention kernels feed the tensor cores",
+            "the key tile loaded already transposed through its pointers, leaving the layout to the compiler",
+        ),
     ),
 }
 

@@ -56,6 +56,7 @@ def _attend(
     """One key tile into the online softmax. MASKED: the tile may hold keys past S or, under CAUSAL, past
     a query's own position; the others (below the diagonal, inside S) skip both masks."""
     rn = start + tl.arange(0, BLOCK_N)
+    # the key tile [BLOCK_E, BLOCK_N], transposed through its pointers
     k_ptr = K + bh * skb + rn[None, :] * skn + re[:, None] * ske
     v_ptr = V + bh * svb + rn[:, None] * svn + rev[None, :] * sve
     if MASKED:

@@ -1,6 +1,6 @@
 """attention candidate from kernelscout's template proposer (attention.j2).
 
-knobs: {"block_m": 64, "block_n": 64, "num_stages": 3, "num_warps": 4, "precision": "ieee"}"""
+knobs: {"block_m": 64, "block_n": 64, "k_stored": false, "num_stages": 3, "num_warps": 4, "precision": "ieee"}"""
 
 import math
 import os
@@ -27,6 +27,7 @@ def _attend(acc, l_i, m_i, q, K, V, S, E, EV, qk_scale, bh, start, rm, re, rev, 
     """One key tile into the online softmax. MASKED: the tile may hold keys past S or, under CAUSAL, past
     a query's own position; the others (below the diagonal, inside S) skip both masks."""
     rn = start + tl.arange(0, BLOCK_N)
+    # the key tile [BLOCK_E, BLOCK_N], transposed through its pointers
     k_ptr = K + bh * skb + rn[None, :] * skn + re[:, None] * ske
     v_ptr = V + bh * svb + rn[:, None] * svn + rev[None, :] * sve
     if MASKED:
