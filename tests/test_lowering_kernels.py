@@ -240,12 +240,20 @@ def test_attribute_paths_become_identifier_reads_or_literal_getattrs():
 
 
 @pytest.mark.parametrize(
-    "name,knob,ways", [("linear_epilogue", "split_k", 8), ("hinge", "split", 16), ("cumsum_reverse", None, 1)]
+    "name,knob,ways",
+    [
+        ("linear_epilogue", "split_k", 8),
+        ("hinge", "split", 16),
+        ("cumsum_reverse", None, 1),
+        ("matmul_transposed", None, 1),
+        ("conv2d", None, 1),
+    ],
 )
 def test_int64_indexing_gives_the_same_values_for_split_partials_and_scans(name, knob, ways):
     """Past 2**31 elements a kernel indexes in int64 (INDEX64); its chunk index must be int64 too, since
     split-K reads partial s of (split, M, N) at s * M * N (an H100 read out of bounds at split 32,
-    M = N = 12289). Forced on at a small size, the int64 path computes what the int32 path does."""
+    M = N = 12289), and a K index times a row stride alike (B stored as [K, N]: k * N). Forced on at a
+    small size, the int64 path computes what the int32 path does."""
     low = lower_source(CASES[name], f"/tmp/{name}.py")
     config = low.default_config()
     if knob:
@@ -254,7 +262,8 @@ def test_int64_indexing_gives_the_same_values_for_split_partials_and_scans(name,
     src = low.render(config)
     forced, n = re.subn(r"_i64 = .*", "_i64 = True", src)
     assert n >= 1
-    assert "rbase = rbase.to(tl.int64)" in src  # the chunk index, widened under INDEX64
+    # the chunk index, or a contraction's K index, widened under INDEX64
+    assert "rbase = rbase.to(tl.int64)" in src or "rk = rk.to(tl.int64)" in src
     _, out, expected, flagged = run_lowered(CASES[name], candidate=forced, path=f"/tmp/{name}.py")
     assert flagged == {}
     assert_close(out, expected)
