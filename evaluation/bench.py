@@ -10,6 +10,10 @@ dtype, p20/p50/p80, GPU, timestamp, versions). On the CPU it still runs, correct
 parent (framed, MAC'd, mapped without a copy), against a bare pipe moving the same bytes between the
 same two processes in the same run. Large outputs cross once per trial, so at KernelBench sizes this
 rate bounds how many evaluations an hour a GPU can judge.
+
+`python -m evaluation.bench --compare`: the parent's host comparison of a finite float32 output with
+its float64 reference, the short passes (`compare._host_finite`) against the general ones, at the sizes
+a parent judges on the host (up to `HOST_COMPARE_ELEMENTS`), median of 15 each, in the same run.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import datetime as _dt
 import sys
 from pathlib import Path
 
+from evaluation.compare import _host_finite as _HOST_FINITE
 from evaluation.problem import list_problems
 
 CSV_FIELDS = (
@@ -272,6 +277,38 @@ def transport(mb: int, reps: int = 4) -> dict[str, float]:
     return rates
 
 
+def host_compare(sizes=(4096, 1 << 17, 1 << 19), repeats: int = 15) -> list[dict]:
+    """Per size: the median ms of one host comparison by the general passes and by the short ones."""
+    import statistics
+    import time
+
+    import torch
+
+    from evaluation import compare
+    from evaluation.records import Tolerance
+
+    tol = Tolerance(atol=1e-4, rtol=1e-4)
+    gen = torch.Generator().manual_seed(0)
+    out = []
+    for n in sizes:
+        exp = torch.randn(n, generator=gen, dtype=torch.float64)
+        act = (exp + 1e-6 * torch.randn(n, generator=gen, dtype=torch.float64)).float()
+        ms = {}
+        for name, short in (("general", None), ("short", compare._host_finite)):
+            compare._host_finite = short or (lambda *a: None)
+            try:
+                times = []
+                for _ in range(repeats + 2):
+                    t = time.perf_counter()
+                    assert compare._stream(act, exp, tol, 0, "", {}, exact=False).passed
+                    times.append(time.perf_counter() - t)
+            finally:
+                compare._host_finite = _HOST_FINITE
+            ms[name] = statistics.median(times[2:]) * 1e3
+        out.append({"elements": n, "general_ms": ms["general"], "short_ms": ms["short"]})
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     from evaluation.fingerprint import resolve_device
     from evaluation.harness import evaluate, time_many
@@ -282,7 +319,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     parser.add_argument("--trials", type=int, default=1, help="correctness trials per case (timing needs one pass)")
     parser.add_argument("--transport", type=int, metavar="MB", help="time the worker->parent output transport")
+    parser.add_argument("--compare", action="store_true", help="time the parent's host comparison, both paths")
     args = parser.parse_args(argv)
+    if args.compare:
+        print("elements  general ms  short ms  ratio")
+        for r in host_compare():
+            g, q = r["general_ms"], r["short_ms"]
+            print(f"{r['elements']:>8}  {g:>10.2f}  {q:>8.2f}  {g / q:>5.2f}x")
+        return 0
     if args.transport:
         rates = transport(args.transport)
         print(

@@ -111,7 +111,8 @@ HOST_COMPARE_ELEMENTS = 1 << 19
 
 
 # How this process judged its outputs, by path ("fused" on the GPU, "fused-failed ExcName", "torch cuda",
-# "torch cpu"; "from cpu" where the output crossed to the reference's GPU in chunks, "(reference moved)"
+# "torch cpu"; "host finite" where a host output and reference held no NaN or infinity (_host_finite);
+# "from cpu" where the output crossed to the reference's GPU in chunks, "(reference moved)"
 # where a small reference came to the host output, HOST_COMPARE_ELEMENTS): one line of
 # `kscout eval --phases` (evaluation/phases.py) says whether the one-pass kernel did the judging.
 PATHS: collections.Counter[str] = collections.Counter()
@@ -145,6 +146,11 @@ def _stream(act, exp, tol: Tolerance, k: int, where: str, meta: dict, *, exact: 
         if fused is not None:
             _count("fused")
             return _verdict(fused, flat_a, flat_e, exp, tol, k, where, meta, exact)
+    if not exact and dev.type == "cpu" and act.device.type == "cpu" and numel <= CHUNK:
+        stats = _host_finite(flat_a, flat_e, tol)
+        if stats is not None:
+            _count("host finite" + (" (reference moved)" if moved else ""))
+            return _verdict(stats, flat_a, flat_e, exp, tol, k, where, meta, exact)
     _count(
         f"torch {dev.type}"
         + (f" from {act.device.type}" if act.device != dev else " (reference moved)" if moved else "")
@@ -184,6 +190,27 @@ def _stream(act, exp, tol: Tolerance, k: int, where: str, meta: dict, *, exact: 
     return _verdict(
         (count, first, nonfinite, max_abs, max_rel, ref_sq, err_sq), flat_a, flat_e, exp, tol, k, where, meta, exact
     )
+
+
+def _host_finite(flat_a, flat_e, tol: Tolerance):
+    """`_stream`'s statistics of a host output and reference that hold no NaN or infinity, in half its
+    passes: with every value finite its NaN and infinity terms are all false or zero, so the test is
+    |a - e| > atol + rtol*|e| and the sums of squares are dot products. None where a value is not finite
+    (the general passes judge it): a NaN or infinity in either makes a - e one too. A parent judges most
+    small outputs this way, beside its workers."""
+    err = flat_a.to(torch.float64) - flat_e
+    if not bool(torch.isfinite(err).all()):
+        return None
+    err_sq = err @ err
+    diff = err.abs_()
+    mag = flat_e.abs()
+    bad = diff > mag.mul(tol.rtol).add_(tol.atol)
+    n_bad = bad.sum()
+    first = bad.to(torch.uint8).argmax() if int(n_bad) else torch.tensor(flat_e.numel())
+    zero = torch.zeros((), dtype=torch.float64)
+    max_abs = diff.max() if diff.numel() else zero
+    max_rel = diff.div_(mag.add_(tol.atol)).max() if diff.numel() else zero
+    return (n_bad, first, torch.zeros((), dtype=torch.int64), max_abs, max_rel, flat_e @ flat_e, err_sq)
 
 
 def _verdict(stats, flat_a, flat_e, exp, tol: Tolerance, k: int, where: str, meta: dict, exact: bool) -> Comparison:

@@ -158,5 +158,62 @@ def test_each_comparison_counts_the_path_that_judged_it():
     added = module.PATHS - before
     if torch.cuda.is_available():
         assert sum(added.values()) == 2
-    else:
-        assert added == {"torch cpu": 2}
+    else:  # a finite float output on the host takes the short passes; integers the exact ones
+        assert added == {"host finite": 1, "torch cpu": 1}
+
+
+def test_the_short_host_passes_give_the_general_passes_verdict_and_numbers(monkeypatch):
+    """Every finite host output takes `_host_finite`; with it switched off the general passes judge the
+    same outputs: verdicts, counts, first mismatch and largest errors agree (norms to rounding), and a
+    NaN or infinity on either side still goes to the general passes."""
+    from evaluation import compare as module
+
+    torch.manual_seed(3)
+    ref = torch.randn(257, 129, dtype=torch.float64) * torch.logspace(-6, 3, 129, dtype=torch.float64)
+    near = ref.float()
+    off = near.clone()
+    off[17, 40] += 0.25
+    off[200, 120] *= 1.01
+    boundary = (ref + (FP32.atol + FP32.rtol * ref.abs()) * 0.999).float()  # each inside its bound; the norm not
+    bf = ref.bfloat16()
+    drift = (ref * (1 + 5e-5)).float()
+    cases = [
+        (near, ref, "float32", FP32),
+        (off, ref, "float32", FP32),
+        (boundary, ref, "float32", FP32),
+        (bf, ref, "bfloat16", Tolerance(atol=1e-2, rtol=1e-2)),
+        (drift, ref, "float32", Tolerance(atol=1.0, rtol=1e-5)),  # elementwise fine, the norm not
+        (torch.zeros(0), torch.zeros(0, dtype=torch.float64), "float32", FP32),
+        (near[0, 0], ref[0, 0], "float32", FP32),
+    ]
+    before = module.PATHS.copy()
+    short = [compare(package(a), e, dt, tol) for a, e, dt, tol in cases]
+    assert (module.PATHS - before) == {"host finite": len(cases)}
+    monkeypatch.setattr(module, "_host_finite", lambda *args: None)
+    general = [compare(package(a), e, dt, tol) for a, e, dt, tol in cases]
+    assert [_numbers(c) for c in short] == [_numbers(c) for c in general]
+    assert [c.kind for c in short] == [None, "ValueMismatch", "NormError", None, "NormError", None, None]
+    assert short[1].mismatch_count == 2 and short[1].first_mismatch.index == (17, 40)
+    monkeypatch.undo()
+    inf_ref = ref.clone()
+    inf_ref[5, 5] = float("inf")
+    matched = near.clone()
+    matched[5, 5] = float("inf")
+    before = module.PATHS.copy()
+    assert compare(package(matched), inf_ref, "float32", FP32).passed  # matching infinities, general passes
+    nan_out = near.clone()
+    nan_out[9, 9] = float("nan")
+    assert compare(package(nan_out), ref, "float32", FP32).kind == "NonFinite"
+    assert (module.PATHS - before) == {"torch cpu": 2}
+
+
+def test_the_compare_benchmark_times_both_paths_and_leaves_the_short_one_in_place():
+    from evaluation import compare as module
+    from evaluation.bench import host_compare
+
+    before = module.PATHS.copy()
+    rows = host_compare(sizes=(1000, 3000), repeats=2)
+    assert [r["elements"] for r in rows] == [1000, 3000]
+    assert all(r["general_ms"] > 0 and r["short_ms"] > 0 for r in rows)
+    assert (module.PATHS - before) == {"torch cpu": 8, "host finite": 8}  # 2 warm-ups + 2 timed, each path
+    assert module._host_finite.__name__ == "_host_finite"
