@@ -92,8 +92,12 @@ def evaluate(source, problem, *, device, timeout_s, trials, time_it=True):
     if marks:
         import ray
 
-        with open(os.path.join(marks, f"{uuid.uuid4().hex}.json"), "w") as f:
+        # written under a temporary name and renamed: a test polling the folder never reads a half-written
+        # mark (it read an empty one once, as CI's JSONDecodeError)
+        name = os.path.join(marks, uuid.uuid4().hex)
+        with open(name + ".part", "w") as f:
             json.dump({"source": source, "node": ray.get_runtime_context().get_node_id(), "pid": os.getpid()}, f)
+        os.replace(name + ".part", name + ".json")
     pause = float(source.split(":")[0][len("sleep") :]) if source.startswith("sleep") else CHECK_S
     time.sleep(pause)  # "sleep4:name" takes 4 s: long enough to kill its node meanwhile
     bad = source.startswith("bad")

@@ -113,7 +113,7 @@ def test_killing_a_worker_node_mid_batch_loses_nothing_and_blames_no_candidate(c
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            started = [json.loads(f.read_text()) for f in marks.iterdir()]
+            started = [json.loads(f.read_text()) for f in marks.glob("*.json")]  # whole marks only
             on_victim = [m["source"] for m in started if m["node"] == victim.node_id]
             if on_victim:
                 break
@@ -128,5 +128,5 @@ def test_killing_a_worker_node_mid_batch_loses_nothing_and_blames_no_candidate(c
     assert [landed[i].status for i in range(4)] == [Status.passed] * 4  # nothing lost, nobody blamed
     by_source = {sources[i]: ran_on(landed[i]) for i in range(4)}
     assert all(by_source[s] == survivor.node_id for s in on_victim)  # retried on the node that lived
-    restarts = [json.loads(f.read_text())["source"] for f in marks.iterdir()]
+    restarts = [json.loads(f.read_text())["source"] for f in marks.glob("*.json")]
     assert all(restarts.count(s) >= 2 for s in on_victim)

@@ -196,8 +196,8 @@ def winners(plan: Plan, store, runs: dict[str, str], *, no_hybrid: bool = False)
 
 def no_kernel_reason(s) -> str:
     """Why a region's search gave no kernel, from its run's summary: what it evaluated, how those failed and
-    why it stopped ("kept the reference ops: no kernel passed: 3 evaluated, 3 crashed (AcceleratorError);
-    stopped: deadline")."""
+    why it stopped ("kept the reference ops: no kernel passed (3 evaluated, 0 passed; 3 crashed
+    (AcceleratorError)); stopped: deadline")."""
     fails = ", ".join(f"{f.count} {f.status} ({f.error_class})" for f in s.failures)
     what = f"{s.evaluations} evaluated, {s.passed} passed" + (f"; {fails}" if fails else "")
     why = "no kernel passed" if s.passed == 0 else "no passing kernel was picked"
