@@ -296,15 +296,8 @@ def judge(
         path = work / f"{Path(plan.path).stem}_assembled.py"
         path.write_text(source)
         speed, comp = res.measured_speedup("eager"), res.measured_speedup("torch_compile")
-        p = plan.profile
         report = ModelReport(
-            model=Path(plan.path).name,
-            device=plan.device,
-            clock=p.clock,
-            eager_us=p.eager_us,
-            graph_us=p.graph_us,
-            glue_us=p.glue_us,
-            regions=tuple(plan.rows[r.name] for r in plan.regions),
+            **_profile_fields(plan),
             assembled_path=str(path),
             verdict=res.status.value,
             verdict_message=res.message,
@@ -360,13 +353,10 @@ def assembled(plan: Plan, won: dict, path: str, work: Path, tolerance: str, tria
     return judge(plan, source, work, tolerance=tolerance, trials=trials, winners_=won, store=store, autotune=autotune)
 
 
-def unchanged(plan: Plan, tolerance: str) -> ModelReport:
-    """The report of a run where no region took a kernel: verdict `unchanged`, nothing assembled, judged or
-    recorded (a ModelNew of reference ops alone would be refused as launching no Triton kernel, which reads
-    as a fault of the model's kernels when there are none). Each region's row says why."""
-    searched = [r for r in plan.rows.values() if r.state == "searched"]
+def _profile_fields(plan: Plan) -> dict[str, Any]:
+    """What every model report carries from the plan: the model, its device, the profile and the rows."""
     p = plan.profile
-    return ModelReport(
+    return dict(
         model=Path(plan.path).name,
         device=plan.device,
         clock=p.clock,
@@ -374,6 +364,16 @@ def unchanged(plan: Plan, tolerance: str) -> ModelReport:
         graph_us=p.graph_us,
         glue_us=p.glue_us,
         regions=tuple(plan.rows[r.name] for r in plan.regions),
+    )
+
+
+def unchanged(plan: Plan, tolerance: str) -> ModelReport:
+    """The report of a run where no region took a kernel: verdict `unchanged`, nothing assembled, judged or
+    recorded (a ModelNew of reference ops alone would be refused as launching no Triton kernel, which reads
+    as a fault of the model's kernels when there are none). Each region's row says why."""
+    searched = [r for r in plan.rows.values() if r.state == "searched"]
+    return ModelReport(
+        **_profile_fields(plan),
         verdict="unchanged",
         verdict_message=(
             f"no region took a kernel ({len(searched)} searched; each row says why): the model keeps its own ops"
