@@ -309,6 +309,68 @@ def host_compare(sizes=(4096, 1 << 17, 1 << 19), repeats: int = 15) -> list[dict
     return out
 
 
+_SPAWN_STEPS = {
+    "interpreter": "pass",
+    "harness imports": "import evaluation.worker, evaluation.protocol",
+    "torch import": "import torch, triton",
+    "warm-up": "import evaluation.worker as w; w.warm_up({device!r})",
+}
+
+
+def spawn(device: str, repeats: int = 3, together: int = 3) -> list[dict]:
+    """Where a worker's start goes: each layer (the interpreter, the harness's imports, torch and
+    Triton, the whole warm-up) timed plain and inside the sandbox, median of `repeats`, then the
+    warm-up `together` at once, as an evaluation starts its correctness, timing and baseline workers.
+    The sandbox is the one the workers get (isolation._bwrap_args, the same environment)."""
+    import statistics
+    import subprocess
+    import time
+
+    from evaluation import isolation
+
+    def command(code: str, sandboxed: bool) -> tuple[list[str], dict, isolation.Scratch]:
+        scratch = isolation.Scratch.make(isolation.scratch_root(), "kscout-bench-")
+        env = isolation.worker_env(device)
+        cmd = [sys.executable, "-c", code]
+        if sandboxed:
+            uid = isolation._sandbox_uid()
+            isolation._prepare_for_uid(scratch, uid)
+            cmd = isolation._bwrap_args(scratch, device, uid) + cmd
+            env = isolation._sandbox_env(env)
+        return cmd, env, scratch
+
+    def wall(code: str, sandboxed: bool, n: int = 1) -> float:
+        runs = [command(code, sandboxed) for _ in range(n)]
+        t = time.perf_counter()
+        procs = [
+            subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for cmd, env, _ in runs
+        ]
+        errors = [p.communicate()[1] for p in procs]
+        seconds = time.perf_counter() - t
+        for (_, _, scratch), p, err in zip(runs, procs, errors):
+            scratch.cleanup()
+            if p.returncode:
+                raise RuntimeError(f"{code!r} failed (exit {p.returncode}): {err.decode(errors='replace')[-400:]}")
+        return seconds
+
+    sandbox = isolation.probe_sandbox(device).ok
+    rows = []
+    for step, code in _SPAWN_STEPS.items():
+        code = code.format(device=device)
+        row = {"step": step, "plain_s": statistics.median(wall(code, False) for _ in range(repeats))}
+        row["sandboxed_s"] = statistics.median(wall(code, True) for _ in range(repeats)) if sandbox else None
+        rows.append(row)
+    warm = _SPAWN_STEPS["warm-up"].format(device=device)
+    rows.append(
+        {
+            "step": f"warm-up, {together} at once",
+            "plain_s": wall(warm, False, together),
+            "sandboxed_s": wall(warm, True, together) if sandbox else None,
+        }
+    )
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     from evaluation.fingerprint import resolve_device
     from evaluation.harness import evaluate, time_many
@@ -320,7 +382,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trials", type=int, default=1, help="correctness trials per case (timing needs one pass)")
     parser.add_argument("--transport", type=int, metavar="MB", help="time the worker->parent output transport")
     parser.add_argument("--compare", action="store_true", help="time the parent's host comparison, both paths")
+    parser.add_argument("--spawn", action="store_true", help="time each layer of a worker's start, plain and sandboxed")
     args = parser.parse_args(argv)
+    if args.spawn:
+        dev = resolve_device(args.device)
+        print(f"{'step':<22}  plain s  sandboxed s   ({dev})")
+        for r in spawn(dev):
+            box = "-" if r["sandboxed_s"] is None else f"{r['sandboxed_s']:.2f}"
+            print(f"{r['step']:<22}  {r['plain_s']:>7.2f}  {box:>11}")
+        return 0
     if args.compare:
         print("elements  general ms  short ms  ratio")
         for r in host_compare():

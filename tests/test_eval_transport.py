@@ -135,3 +135,19 @@ def test_the_transport_bench_moves_every_value_and_reports_both_rates():
     assert set(rates) == {"framed", "bare_pipe", "ratio"}
     assert rates["framed"] > 0 and rates["bare_pipe"] > 0
     assert rates["ratio"] == pytest.approx(rates["framed"] / rates["bare_pipe"])
+
+
+def test_the_spawn_bench_times_each_layer_plain_and_sandboxed_and_names_a_failing_layer(monkeypatch):
+    from evaluation import bench, isolation
+
+    # cheap layers stand in for torch's import: what is measured is the harness around them
+    monkeypatch.setattr(bench, "_SPAWN_STEPS", {"interpreter": "pass", "warm-up": "import os"})
+    rows = bench.spawn("cpu", repeats=1, together=2)
+    assert [r["step"] for r in rows] == ["interpreter", "warm-up", "warm-up, 2 at once"]
+    boxed = isolation.probe_sandbox("cpu").ok
+    for r in rows:
+        assert 0 < r["plain_s"] < 30
+        assert (r["sandboxed_s"] is not None and r["sandboxed_s"] > 0) if boxed else r["sandboxed_s"] is None
+    monkeypatch.setattr(bench, "_SPAWN_STEPS", {"interpreter": "raise SystemExit(3)"})
+    with pytest.raises(RuntimeError, match="exit 3"):
+        bench.spawn("cpu", repeats=1)
