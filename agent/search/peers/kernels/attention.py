@@ -51,11 +51,14 @@ def _attend(acc, l_i, m_i, q, K, V, S, E, EV, qk_scale, bh, start, rm, re, rev, 
         if CAUSAL:
             valid = valid & (rn[None, :] <= rm[:, None])
         s = tl.where(valid, s, float("-inf"))
-    # every row sees key 0 in the first tile (causal or not), so m_new is finite from the first tile on;
-    # qk_scale = scale * log2(e) (the softmax in base 2) meets the max's subtraction in one fma per score
-    m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
-    p = tl.exp2(s * qk_scale - m_new[:, None])
-    alpha = tl.exp2(m_i - m_new)
+    # every row sees key 0 in the first tile (causal or not), so m_new is finite from the first tile on.
+    # The running max stays in raw score units and is subtracted before the scale (qk_scale = scale *
+    # log2(e), the softmax in base 2): s - m is exactly <= 0, so p <= 1. Scaling first lets the compiler
+    # fuse s * qk_scale - m into one fma whose unrounded product can exceed the rounded max by half an
+    # ulp, 128 at scores near 2**31 (inputs near 1e4), and exp2(128) is inf in float32.
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    p = tl.exp2((s - m_new[:, None]) * qk_scale)
+    alpha = tl.exp2((m_i - m_new) * qk_scale)
     l_i = l_i * alpha + tl.sum(p, 1)
     acc = acc * alpha[:, None]
     if FP32:
