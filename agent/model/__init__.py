@@ -3,6 +3,7 @@
     graph.py       the model's forward as the lowering captures it (one aten graph), run on real tensors
     partition.py   the graph cut into regions: a contraction with its epilogue, chains between contractions,
                    and reference regions the lowering does not take
+    attention.py   a hand-written attention's regions made one, F.scaled_dot_product_attention in canonical form
     profile.py     torch.profiler after warm-up: the eager model's time and each region's share
     extract.py     each region as a KernelBench problem file with the shapes and dtypes of the real run
     assemble.py    one ModelNew from the regions' winning kernels, dispatched as `kscout export` does

@@ -161,8 +161,12 @@ def _forward(traced: Traced, regions: list[Region], free: set, winners: dict[str
         if ph.kind == "attr" and node.users:  # read at every call, where the first input is (lowering/state.py)
             names[node] = f"s{i}"
             lines.append(f"s{i} = {attr_expr('self', ph.name)}{f'.to({home}.device)' if home else ''}")
+    produced = {o for r in regions for o in r.outputs}
     for r in regions:
-        args = ", ".join(names[a] for a in r.inputs)
+        # views a region reads as inputs (an attention's q, k, v) are computed here from what they view,
+        # contiguous as the dispatch takes a kernel only on contiguous inputs
+        lines += _glue([a for a in r.inputs if a not in names], names, meta, f"i_{r.name}_")
+        args = ", ".join(f"{names[a]}.contiguous()" if a in free and a not in produced else names[a] for a in r.inputs)
         call = (
             f"_kscout_region(self._kscout_{r.name}, _{r.name}_reference, _{winners[r.name].region}_SPEC, ({args}{',' if len(r.inputs) == 1 else ''}))"
             if r.name in winners
@@ -175,7 +179,7 @@ def _forward(traced: Traced, regions: list[Region], free: set, winners: dict[str
     output = next(n for n in graph.nodes if n.op == "output")
     outs = output.args[0]
     outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
-    lines += _glue(outs, names, meta, free)
+    lines += _glue(outs, names, meta, "g")
     ret = [extract._fmt(o, names, meta) for o in outs]
     ret, written = ret[: cap.n_outputs], ret[cap.n_outputs :]
     for w, value in zip(cap.writes, written):  # the model's own state changes, as its forward makes them
@@ -187,8 +191,8 @@ def _forward(traced: Traced, regions: list[Region], free: set, winners: dict[str
     return f"    def forward({signature}):\n" + "".join(f"        {x}\n" for x in lines)
 
 
-def _glue(outs: list, names: dict, meta: dict, free: set) -> list[str]:
-    """Views between the regions' outputs and the graph's outputs (`return y.view(...)`)."""
+def _glue(outs: list, names: dict, meta: dict, prefix: str) -> list[str]:
+    """Views between the regions' outputs and `outs` (`return y.view(...)`), named `prefix` + a number."""
     needed: set = set()
     stack = [o for o in outs if isinstance(o, torch.fx.Node)]
     while stack:
@@ -202,6 +206,6 @@ def _glue(outs: list, names: dict, meta: dict, free: set) -> list[str]:
     lines = ["_dev = next(t.device for t in (" + ", ".join(sorted(set(names.values()))) + ",) if torch.is_tensor(t))"]
     graph_nodes = list(next(iter(needed)).graph.nodes)
     for i, n in enumerate(x for x in graph_nodes if x in needed):
-        names[n] = f"g{i}"
-        lines.append(f"g{i} = {extract._call(n, names, meta)}")
+        names[n] = f"{prefix}{i}"
+        lines.append(f"{prefix}{i} = {extract._call(n, names, meta)}")
     return lines

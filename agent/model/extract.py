@@ -1,4 +1,5 @@
-"""Each region as a problem: a KernelBench file whose forward is the region's aten ops.
+"""Each region as a problem: a KernelBench file whose forward is the region's aten ops (an attention
+region's: the one F.scaled_dot_product_attention call they compute, attention.py).
 
 The file declares the real run's shapes (one size constant per input dimension, `S{input}_{dim}`),
 its dtype, and a SHAPES table holding exactly that case: the shape set comes from the run, not from a
@@ -78,9 +79,13 @@ def _call(n, names: dict, meta: dict) -> str:
 
 
 def body(region: Region, inputs: list[str], meta: dict, free: set) -> tuple[list[str], list[str]]:
-    """(lines, returned names): the region's ops over variables named `inputs` (one per region input).
+    """(lines, returned expressions): the region's ops over variables named `inputs` (one per region input).
 
-    Views and parameter work the region reads are emitted in it; sizes are the real run's values."""
+    Views and parameter work the region reads are emitted in it; sizes are the real run's values. A region
+    in canonical form (attention.py) is its one F.scaled_dot_product_attention call."""
+    if region.canonical is not None:
+        keywords = ", ".join(f"{k}={v!r}" for k, v in region.canonical.items())
+        return [], [f"F.scaled_dot_product_attention({', '.join(inputs)}, {keywords})"]
     names = dict(zip(region.inputs, inputs))
     needed: set = set(region.nodes)
     stack = [a for n in region.nodes for a in n.all_input_nodes]
@@ -127,6 +132,10 @@ def problem_source(region: Region, meta: dict, free: set, model_name: str) -> tu
         draws.append(_draw(dims, m))
     case = dict(consts, tags=["timed"])
     ret = outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ")"
+    # the device ops that create tensors take; a canonical forward is its one call, as the family rules read it
+    dev = [f"        _dev = {params[0]}.device" if params else "        _dev = torch.device('cpu')"]
+    if region.canonical is not None:
+        dev = []
     text = [
         f'"""Region {region.name} of {model_name} ({region.kind}: {", ".join(dict.fromkeys(region.ops))}), '
         f'with the shapes of its real run.\n\nExtracted by kscout optimize-model."""',
@@ -148,7 +157,7 @@ def problem_source(region: Region, meta: dict, free: set, model_name: str) -> tu
         "        super().__init__()",
         "",
         f"    def forward(self, {', '.join(params)}):",
-        f"        _dev = {params[0]}.device" if params else "        _dev = torch.device('cpu')",
+        *dev,
         *[f"        {line}" for line in lines],
         f"        return {ret}",
         "",

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from agent.lifecycle.evidence import MODEL_FAMILY_PREFIX
-from agent.model import ModelError, assemble, extract, graph, partition, profile
+from agent.model import ModelError, assemble, attention, extract, graph, partition, profile
 from agent.model.records import ModelReport, RegionRow
 from evaluation.errors import KscoutError
 
@@ -69,6 +69,7 @@ def prepare(
     g = traced.captured.gm.graph
     regions = partition.partition(g, traced.meta, partition.param_placeholders(traced.captured))
     free = partition.free_nodes(g, traced.meta)
+    regions = attention.fuse_attention(traced, regions, free)
     prof = profile.profile(traced, regions, device, warmup=profile_iters[0], iters=profile_iters[1])
     plan = Plan(path=str(path), device=device, traced=traced, regions=regions, free=free, profile=prof)
     name = Path(path).name

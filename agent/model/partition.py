@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass, field
+from typing import Any, Optional
 
 from agent.model.graph import VIEWS, Meta, is_contraction, lowerable, op_name
 
@@ -26,9 +27,14 @@ class Region:
     nodes: list = field(default_factory=list)  # fx nodes the region computes, in order
     inputs: list = field(default_factory=list)  # fx nodes it reads from outside (placeholders, other regions)
     outputs: list = field(default_factory=list)  # its nodes read outside it (later regions, the graph output)
+    # the keyword values of the F.scaled_dot_product_attention call the region's nodes compute (attention.py):
+    # its problem and reference path are that call over its inputs, not its nodes' ops
+    canonical: Optional[dict[str, Any]] = None
 
     @property
     def ops(self) -> list[str]:
+        if self.canonical is not None:
+            return ["scaled_dot_product_attention"]
         return [op_name(n.target) for n in self.nodes if n.target is not operator.getitem]
 
 
@@ -133,11 +139,12 @@ def partition(graph, meta: dict, params: set) -> list[Region]:
                 regions.append(region)
         region.nodes.append(n)
         owner[n] = region
-    _wire(graph, regions, owner, free, meta)
+    wire(graph, regions, owner, free, meta)
     return regions
 
 
-def _wire(graph, regions: list[Region], owner: dict, free: set, meta: dict) -> None:
+def wire(graph, regions: list[Region], owner: dict, free: set, meta: dict) -> None:
+    """Each region's inputs and outputs from its nodes; `owner`: node -> its region."""
     output = next(n for n in graph.nodes if n.op == "output")
     for region in regions:
         inside = set(region.nodes)
