@@ -22,6 +22,7 @@ import argparse
 import csv
 import datetime as _dt
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from evaluation.compare import _host_finite as _HOST_FINITE
@@ -317,11 +318,12 @@ _SPAWN_STEPS = {
 }
 
 
-def spawn(device: str, repeats: int = 3, together: int = 3) -> list[dict]:
+def spawn(device: str, repeats: int = 2, together: int = 3) -> Iterator[dict]:
     """Where a worker's start goes: each layer (the interpreter, the harness's imports, torch and
     Triton, the whole warm-up) timed plain and inside the sandbox, median of `repeats`, then the
     warm-up `together` at once, as an evaluation starts its correctness, timing and baseline workers.
-    The sandbox is the one the workers get (isolation._bwrap_args, the same environment)."""
+    The sandbox is the one the workers get (isolation._bwrap_args, the same environment). Rows come as
+    they are measured, so a run cut short by a time limit still shows the layers it reached."""
     import statistics
     import subprocess
     import time
@@ -354,21 +356,17 @@ def spawn(device: str, repeats: int = 3, together: int = 3) -> list[dict]:
         return seconds
 
     sandbox = isolation.probe_sandbox(device).ok
-    rows = []
     for step, code in _SPAWN_STEPS.items():
         code = code.format(device=device)
         row = {"step": step, "plain_s": statistics.median(wall(code, False) for _ in range(repeats))}
         row["sandboxed_s"] = statistics.median(wall(code, True) for _ in range(repeats)) if sandbox else None
-        rows.append(row)
+        yield row
     warm = _SPAWN_STEPS["warm-up"].format(device=device)
-    rows.append(
-        {
-            "step": f"warm-up, {together} at once",
-            "plain_s": wall(warm, False, together),
-            "sandboxed_s": wall(warm, True, together) if sandbox else None,
-        }
-    )
-    return rows
+    yield {
+        "step": f"warm-up, {together} at once",
+        "plain_s": wall(warm, False, together),
+        "sandboxed_s": wall(warm, True, together) if sandbox else None,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -389,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'step':<22}  plain s  sandboxed s   ({dev})")
         for r in spawn(dev):
             box = "-" if r["sandboxed_s"] is None else f"{r['sandboxed_s']:.2f}"
-            print(f"{r['step']:<22}  {r['plain_s']:>7.2f}  {box:>11}")
+            print(f"{r['step']:<22}  {r['plain_s']:>7.2f}  {box:>11}", flush=True)
         return 0
     if args.compare:
         print("elements  general ms  short ms  ratio")
