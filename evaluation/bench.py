@@ -278,9 +278,11 @@ def transport(mb: int, reps: int = 4) -> dict[str, float]:
     return rates
 
 
-def host_compare(sizes=(4096, 1 << 17, 1 << 19), repeats: int = 15) -> list[dict]:
-    """Per size: the median ms of one host comparison by the general passes and by the short ones."""
+def host_compare(sizes=(4096, 1 << 17, 1 << 19), repeats: int = 15, busy: int = 0) -> list[dict]:
+    """Per size: the median ms of one host comparison by the general passes and by the short ones;
+    `busy` processes spin on the CPU meanwhile, as a batch's workers keep cores busy beside the parent."""
     import statistics
+    import subprocess
     import time
 
     import torch
@@ -288,25 +290,31 @@ def host_compare(sizes=(4096, 1 << 17, 1 << 19), repeats: int = 15) -> list[dict
     from evaluation import compare
     from evaluation.records import Tolerance
 
-    tol = Tolerance(atol=1e-4, rtol=1e-4)
-    gen = torch.Generator().manual_seed(0)
-    out = []
-    for n in sizes:
-        exp = torch.randn(n, generator=gen, dtype=torch.float64)
-        act = (exp + 1e-6 * torch.randn(n, generator=gen, dtype=torch.float64)).float()
-        ms = {}
-        for name, short in (("general", None), ("short", compare._host_finite)):
-            compare._host_finite = short or (lambda *a: None)
-            try:
-                times = []
-                for _ in range(repeats + 2):
-                    t = time.perf_counter()
-                    assert compare._stream(act, exp, tol, 0, "", {}, exact=False).passed
-                    times.append(time.perf_counter() - t)
-            finally:
-                compare._host_finite = _HOST_FINITE
-            ms[name] = statistics.median(times[2:]) * 1e3
-        out.append({"elements": n, "general_ms": ms["general"], "short_ms": ms["short"]})
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
+    try:
+        tol = Tolerance(atol=1e-4, rtol=1e-4)
+        gen = torch.Generator().manual_seed(0)
+        out = []
+        for n in sizes:
+            exp = torch.randn(n, generator=gen, dtype=torch.float64)
+            act = (exp + 1e-6 * torch.randn(n, generator=gen, dtype=torch.float64)).float()
+            ms = {}
+            for name, short in (("general", None), ("short", compare._host_finite)):
+                compare._host_finite = short or (lambda *a: None)
+                try:
+                    times = []
+                    for _ in range(repeats + 2):
+                        t = time.perf_counter()
+                        assert compare._stream(act, exp, tol, 0, "", {}, exact=False).passed
+                        times.append(time.perf_counter() - t)
+                finally:
+                    compare._host_finite = _HOST_FINITE
+                ms[name] = statistics.median(times[2:]) * 1e3
+            out.append({"elements": n, "general_ms": ms["general"], "short_ms": ms["short"]})
+    finally:
+        for proc in spinners:
+            proc.kill()
+            proc.wait()
     return out
 
 
@@ -380,6 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trials", type=int, default=1, help="correctness trials per case (timing needs one pass)")
     parser.add_argument("--transport", type=int, metavar="MB", help="time the worker->parent output transport")
     parser.add_argument("--compare", action="store_true", help="time the parent's host comparison, both paths")
+    parser.add_argument("--busy", type=int, default=0, help="with --compare: processes spinning on the CPU meanwhile")
     parser.add_argument("--spawn", action="store_true", help="time each layer of a worker's start, plain and sandboxed")
     args = parser.parse_args(argv)
     if args.spawn:
@@ -390,8 +399,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{r['step']:<22}  {r['plain_s']:>7.2f}  {box:>11}", flush=True)
         return 0
     if args.compare:
-        print("elements  general ms  short ms  ratio")
-        for r in host_compare():
+        print(f"elements  general ms  short ms  ratio   ({args.busy} busy processes beside)")
+        for r in host_compare(busy=args.busy):
             g, q = r["general_ms"], r["short_ms"]
             print(f"{r['elements']:>8}  {g:>10.2f}  {q:>8.2f}  {g / q:>5.2f}x")
         return 0

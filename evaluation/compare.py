@@ -108,6 +108,12 @@ FUSED_MIN_ELEMENTS = 1 << 16
 # where the PyTorch passes on the GPU copied the output in and launched a dozen kernels, each a wait
 # for a turn on a device that a check's worker keeps busy (correctness.HOST_JUDGE_ELEMENTS alike).
 HOST_COMPARE_ELEMENTS = 1 << 19
+# Elements per piece of a host comparison (_host_finite): below PyTorch's grain size (32768), so no op
+# opens an OpenMP parallel region. Beside a batch's busy workers, a parallel region or a BLAS thread team
+# waits for cores the workers hold: on the 2-core CI machine with two busy processes, a 4096-element
+# comparison through one dot product took 24 ms, in pieces 0.2 ms; the lent H100's parent spent 72 ms
+# a comparison on 48 small softmax outputs (3.4 s of a 19.4 s eval).
+HOST_PIECE = 1 << 14
 
 
 # How this process judged its outputs, by path ("fused" on the GPU, "fused-failed ExcName", "torch cuda",
@@ -195,22 +201,31 @@ def _stream(act, exp, tol: Tolerance, k: int, where: str, meta: dict, *, exact: 
 def _host_finite(flat_a, flat_e, tol: Tolerance):
     """`_stream`'s statistics of a host output and reference that hold no NaN or infinity, in half its
     passes: with every value finite its NaN and infinity terms are all false or zero, so the test is
-    |a - e| > atol + rtol*|e| and the sums of squares are dot products. None where a value is not finite
-    (the general passes judge it): a NaN or infinity in either makes a - e one too. A parent judges most
-    small outputs this way, beside its workers."""
-    err = flat_a.to(torch.float64) - flat_e
-    if not bool(torch.isfinite(err).all()):
-        return None
-    err_sq = err @ err
-    diff = err.abs_()
-    mag = flat_e.abs()
-    bad = diff > mag.mul(tol.rtol).add_(tol.atol)
-    n_bad = bad.sum()
-    first = bad.to(torch.uint8).argmax() if int(n_bad) else torch.tensor(flat_e.numel())
-    zero = torch.zeros((), dtype=torch.float64)
-    max_abs = diff.max() if diff.numel() else zero
-    max_rel = diff.div_(mag.add_(tol.atol)).max() if diff.numel() else zero
-    return (n_bad, first, torch.zeros((), dtype=torch.int64), max_abs, max_rel, flat_e @ flat_e, err_sq)
+    |a - e| > atol + rtol*|e| and the sums of squares are sums of products. None where a value is not
+    finite (the general passes judge it): a NaN or infinity in either makes a - e one too. A parent
+    judges most small outputs this way, beside its workers, so the work goes in HOST_PIECE pieces and
+    never through BLAS: single-threaded, it needs no core that a worker holds."""
+    numel = flat_e.numel()
+    n_bad, first = 0, numel
+    max_abs = max_rel = ref_sq = err_sq = 0.0
+    for at in range(0, numel, HOST_PIECE):
+        e = flat_e[at : at + HOST_PIECE]
+        err = flat_a[at : at + HOST_PIECE].to(torch.float64) - e
+        if not bool(torch.isfinite(err).all()):
+            return None
+        err_sq += float((err * err).sum())
+        ref_sq += float((e * e).sum())
+        diff = err.abs_()
+        mag = e.abs()
+        bad = diff > mag.mul(tol.rtol).add_(tol.atol)
+        here = int(bad.sum())
+        if here and not n_bad:
+            first = at + int(bad.to(torch.uint8).argmax())
+        n_bad += here
+        max_abs = max(max_abs, float(diff.max()))
+        rel = float(diff.div_(mag.add_(tol.atol)).max())  # NaN where atol is 0 over a zero: kept, as torch.max does
+        max_rel = rel if rel != rel or rel > max_rel else max_rel
+    return tuple(torch.tensor(v, dtype=torch.float64) for v in (n_bad, first, 0, max_abs, max_rel, ref_sq, err_sq))
 
 
 def _verdict(stats, flat_a, flat_e, exp, tol: Tolerance, k: int, where: str, meta: dict, exact: bool) -> Comparison:

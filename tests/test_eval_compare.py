@@ -174,12 +174,15 @@ def test_the_short_host_passes_give_the_general_passes_verdict_and_numbers(monke
     off = near.clone()
     off[17, 40] += 0.25
     off[200, 120] *= 1.01
+    late = near.clone()  # a mismatch in the second of the short passes' pieces only (HOST_PIECE)
+    late[200, 120] *= 1.01
     boundary = (ref + (FP32.atol + FP32.rtol * ref.abs()) * 0.999).float()  # each inside its bound; the norm not
     bf = ref.bfloat16()
     drift = (ref * (1 + 5e-5)).float()
     cases = [
         (near, ref, "float32", FP32),
         (off, ref, "float32", FP32),
+        (late, ref, "float32", FP32),
         (boundary, ref, "float32", FP32),
         (bf, ref, "bfloat16", Tolerance(atol=1e-2, rtol=1e-2)),
         (drift, ref, "float32", Tolerance(atol=1.0, rtol=1e-5)),  # elementwise fine, the norm not
@@ -192,8 +195,19 @@ def test_the_short_host_passes_give_the_general_passes_verdict_and_numbers(monke
     monkeypatch.setattr(module, "_host_finite", lambda *args: None)
     general = [compare(package(a), e, dt, tol) for a, e, dt, tol in cases]
     assert [_numbers(c) for c in short] == [_numbers(c) for c in general]
-    assert [c.kind for c in short] == [None, "ValueMismatch", "NormError", None, "NormError", None, None]
+    assert [c.kind for c in short] == [
+        None,
+        "ValueMismatch",
+        "ValueMismatch",
+        "NormError",
+        None,
+        "NormError",
+        None,
+        None,
+    ]
     assert short[1].mismatch_count == 2 and short[1].first_mismatch.index == (17, 40)
+    assert ref.numel() > 2 * module.HOST_PIECE > 200 * 129 + 120 > module.HOST_PIECE
+    assert short[2].mismatch_count == 1 and short[2].first_mismatch.index == (200, 120)
     monkeypatch.undo()
     inf_ref = ref.clone()
     inf_ref[5, 5] = float("inf")
