@@ -326,31 +326,38 @@ _SPAWN_STEPS = {
 }
 
 
+# the namespaces isolation._bwrap_args makes, each left out in turn by `spawn` (diagnostics only)
+_SPAWN_NAMESPACES = ("--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try")
+
+
 def spawn(device: str, repeats: int = 2, together: int = 3) -> Iterator[dict]:
     """Where a worker's start goes: each layer (the interpreter, the harness's imports, torch and
     Triton, the whole warm-up) timed plain and inside the sandbox, median of `repeats`, then the
     warm-up `together` at once, as an evaluation starts its correctness, timing and baseline workers.
-    The sandbox is the one the workers get (isolation._bwrap_args, the same environment). Rows come as
-    they are measured, so a run cut short by a time limit still shows the layers it reached."""
+    The sandbox is the one the workers get (isolation._bwrap_args, the same environment). After the
+    bare interpreter come the sandbox's own costs: `together` sandboxes at once, then one without each
+    namespace it makes (a network namespace can wait on the teardown of earlier ones); diagnostics only,
+    the workers' sandbox is never changed here. Rows come as they are measured, so a run cut short by a
+    time limit still shows the layers it reached."""
     import statistics
     import subprocess
     import time
 
     from evaluation import isolation
 
-    def command(code: str, sandboxed: bool) -> tuple[list[str], dict, isolation.Scratch]:
+    def command(code: str, sandboxed: bool, drop: str = "") -> tuple[list[str], dict, isolation.Scratch]:
         scratch = isolation.Scratch.make(isolation.scratch_root(), "kscout-bench-")
         env = isolation.worker_env(device)
         cmd = [sys.executable, "-c", code]
         if sandboxed:
             uid = isolation._sandbox_uid()
             isolation._prepare_for_uid(scratch, uid)
-            cmd = isolation._bwrap_args(scratch, device, uid) + cmd
+            cmd = [a for a in isolation._bwrap_args(scratch, device, uid) if a != drop] + cmd
             env = isolation._sandbox_env(env)
         return cmd, env, scratch
 
-    def wall(code: str, sandboxed: bool, n: int = 1) -> float:
-        runs = [command(code, sandboxed) for _ in range(n)]
+    def wall(code: str, sandboxed: bool, n: int = 1, drop: str = "") -> float:
+        runs = [command(code, sandboxed, drop) for _ in range(n)]
         t = time.perf_counter()
         procs = [
             subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for cmd, env, _ in runs
@@ -364,11 +371,20 @@ def spawn(device: str, repeats: int = 2, together: int = 3) -> Iterator[dict]:
         return seconds
 
     sandbox = isolation.probe_sandbox(device).ok
-    for step, code in _SPAWN_STEPS.items():
+    for i, (step, code) in enumerate(_SPAWN_STEPS.items()):
         code = code.format(device=device)
         row = {"step": step, "plain_s": statistics.median(wall(code, False) for _ in range(repeats))}
         row["sandboxed_s"] = statistics.median(wall(code, True) for _ in range(repeats)) if sandbox else None
         yield row
+        if i == 0 and sandbox:  # the sandbox alone, around the bare interpreter
+            yield {
+                "step": f"{step}, {together} at once",
+                "plain_s": wall(code, False, together),
+                "sandboxed_s": wall(code, True, together),
+            }
+            for flag in _SPAWN_NAMESPACES:
+                seconds = statistics.median(wall(code, True, drop=flag) for _ in range(repeats))
+                yield {"step": f"{step}, no {flag}", "plain_s": None, "sandboxed_s": seconds}
     warm = _SPAWN_STEPS["warm-up"].format(device=device)
     yield {
         "step": f"warm-up, {together} at once",
@@ -393,10 +409,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.spawn:
         dev = resolve_device(args.device)
-        print(f"{'step':<22}  plain s  sandboxed s   ({dev})")
+        print(f"{'step':<36}  plain s  sandboxed s   ({dev})")
         for r in spawn(dev):
-            box = "-" if r["sandboxed_s"] is None else f"{r['sandboxed_s']:.2f}"
-            print(f"{r['step']:<22}  {r['plain_s']:>7.2f}  {box:>11}", flush=True)
+            plain, box = ("-" if r[k] is None else f"{r[k]:.2f}" for k in ("plain_s", "sandboxed_s"))
+            print(f"{r['step']:<36}  {plain:>7}  {box:>11}", flush=True)
         return 0
     if args.compare:
         print(f"elements  general ms  short ms  ratio   ({args.busy} busy processes beside)")
