@@ -110,9 +110,9 @@ FUSED_MIN_ELEMENTS = 1 << 16
 HOST_COMPARE_ELEMENTS = 1 << 19
 # Elements per piece of a host comparison (_host_finite): below PyTorch's grain size (32768), so no op
 # opens an OpenMP parallel region. Beside a batch's busy workers, a parallel region or a BLAS thread team
-# waits for cores the workers hold: on the 2-core CI machine with two busy processes, one run saw a 4096-element
-# comparison through one dot product take 24 ms (0.2 ms in pieces; other runs differ less); the lent H100's parent spent 72 ms
-# a comparison on 48 small softmax outputs (3.4 s of a 19.4 s eval).
+# waits for cores the workers hold: on the 2-core CI machine with two busy processes, one run saw a
+# 4096-element comparison through one dot product take 24 ms (0.2 ms in pieces; other runs differ
+# less); the lent H100's parent spent 72 ms a comparison on 48 small softmax outputs (3.4 s of 19.4 s).
 HOST_PIECE = 1 << 14
 
 
