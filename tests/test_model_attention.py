@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_optimize_model import cut  # (traced, the partition's own regions, free nodes)
 
-from agent.model import assemble, attention, flow, graph, partition
+from agent.model import assemble, attention, flow
 from agent.proposers.family import match_family
 from agent.proposers.lowering import lower_source
 from evaluation.problem import exec_problem_source, init_inputs
@@ -25,7 +26,8 @@ from store import Store
 B, T, C, H, MAX_SEQLEN = 2, 16, 32, 2, 32
 E = C // H
 
-ATTENTION = """
+# the imports and sizes both model files share
+HEADER = """
 import math
 
 import torch
@@ -37,7 +39,11 @@ seq_len = 16
 n_embd = 32
 n_head = 2
 max_seqlen = 32
+"""
 
+ATTENTION = (
+    HEADER
+    + """
 
 class Model(nn.Module):
     def __init__(self, n_embd, n_head, max_seqlen):
@@ -68,6 +74,7 @@ def get_inputs():
 def get_init_inputs():
     return [n_embd, n_head, max_seqlen]
 """
+)
 
 CAUSAL = (
     'self.register_buffer("bias", torch.tril(torch.ones(max_seqlen, max_seqlen)).view(1, 1, max_seqlen, max_seqlen))'
@@ -91,15 +98,6 @@ def write(tmp_path: Path, text: str, name: str = "attn.py") -> str:
     return str(path)
 
 
-def partitioned(path: str):
-    """(traced, the partition's own regions, free nodes): the cut before any fusion."""
-    traced = graph.trace(Path(path).read_text(), path)
-    graph.run(traced, record=True)
-    g = traced.captured.gm.graph
-    regions = partition.partition(g, traced.meta, partition.param_placeholders(traced.captured))
-    return traced, regions, partition.free_nodes(g, traced.meta)
-
-
 def built(source: str, traced, path: str) -> torch.nn.Module:
     module = types.ModuleType("assembled")
     exec(compile(source, "assembled.py", "exec"), module.__dict__)
@@ -109,7 +107,7 @@ def built(source: str, traced, path: str) -> torch.nn.Module:
 
 
 def test_the_partition_alone_cuts_the_attention_at_each_contraction(tmp_path):
-    _, regions, _ = partitioned(write(tmp_path, model()))
+    _, regions, _ = cut(write(tmp_path, model()))
     assert [tuple(r.ops) for r in regions] == [
         ("addmm",),
         ("clone", "clone"),
@@ -159,7 +157,7 @@ def test_a_causal_self_attention_becomes_one_sdpa_region_in_canonical_form(tmp_p
 )
 def test_a_mask_that_is_not_proven_causal_leaves_the_regions_as_the_partition_made_them(tmp_path, mask):
     path = write(tmp_path, model(mask=mask))
-    traced, regions, free = partitioned(path)
+    traced, regions, free = cut(path)
     assert attention.fuse_attention(traced, regions, free) is regions
     plan = flow.prepare(path, budget=4, min_share=0.0, work=tmp_path / "work")
     assert [(r.name, tuple(r.ops)) for r in plan.regions] == [(r.name, tuple(r.ops)) for r in regions]
@@ -171,7 +169,7 @@ def test_a_mask_attribute_the_forward_rebinds_is_not_proven(tmp_path):
         mask="self.bias = torch.tril(torch.ones(max_seqlen, max_seqlen)).view(1, 1, max_seqlen, max_seqlen)",
         masked=MASKED + "\n        self.bias = self.bias * 1.0",
     )
-    traced, regions, free = partitioned(write(tmp_path, text))
+    traced, regions, free = cut(write(tmp_path, text))
     assert [w.name for w in traced.captured.writes] == ["bias"]
     assert attention.fuse_attention(traced, regions, free) is regions
 
@@ -197,7 +195,7 @@ def test_an_attention_without_a_mask_fuses_as_not_causal(tmp_path, scores, scale
 
 
 def test_the_numerical_check_refuses_a_match_whose_scale_is_wrong(tmp_path):
-    traced, regions, free = partitioned(write(tmp_path, model()))
+    traced, regions, free = cut(write(tmp_path, model()))
     readers = attention._readers(traced.captured.gm.graph, free, traced.meta)
     bmm2 = [n for n in traced.captured.gm.graph.nodes if n.target is torch.ops.aten.bmm.default][-1]
     found = attention._match(bmm2, traced, readers, free)
@@ -230,19 +228,9 @@ def test_the_assembled_model_computes_what_the_model_does(tmp_path, kernels):
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
 
 
-TWO_BLOCKS = """
-import math
-
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
-
-batch_size = 2
-seq_len = 16
-n_embd = 32
-n_head = 2
-max_seqlen = 32
-
+TWO_BLOCKS = (
+    HEADER
+    + """
 
 class Model(nn.Module):
     def __init__(self, n_embd, n_head, max_seqlen):
@@ -273,6 +261,7 @@ def get_inputs():
 def get_init_inputs():
     return [n_embd, n_head, max_seqlen]
 """
+)
 
 
 def test_two_blocks_sharing_one_mask_give_two_attention_regions_and_one_search(tmp_path):
