@@ -20,7 +20,8 @@ from test_optimize_model import cut  # (traced, the partition's own regions, fre
 from agent.model import assemble, attention, flow
 from agent.proposers.family import match_family
 from agent.proposers.lowering import lower_source
-from evaluation.problem import exec_problem_source, init_inputs
+from evaluation.problem import exec_problem_source, init_inputs, load_problem
+from evaluation.problems import attention as attention_problem
 from store import Store
 
 B, T, C, H, MAX_SEQLEN = 2, 16, 32, 2, 32
@@ -141,6 +142,10 @@ def test_a_causal_self_attention_becomes_one_sdpa_region_in_canonical_form(tmp_p
     assert found.family == "attention"
     assert found.roles == {"q": "in0", "k": "in1", "v": "in2"}
     assert found.constants == {"is_causal": True, "scale": 1.0 / math.sqrt(E)}
+    # judged at the built-in attention problem's float32 tolerance, the other regions at the strict default
+    tols = {r: load_problem(plan.extracted[r].path, "cpu").tolerances["float32"] for r in ("r0", "r1")}
+    assert (tols["r1"].atol, tols["r1"].rtol) == attention_problem.TOLERANCES["float32"] == (5e-4, 5e-4)
+    assert (tols["r0"].atol, tols["r0"].rtol) == (1e-4, 1e-4)
 
 
 @pytest.mark.parametrize(

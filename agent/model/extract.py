@@ -23,6 +23,7 @@ import torch
 from agent.model import graph as g
 from agent.model.graph import Meta
 from agent.model.partition import Region
+from evaluation.problems import attention as attention_problem
 
 HELPERS = (g._conv, g._conv_t, g._pool)  # the kscout:: ops of the capture, as torch.nn.functional calls
 _HELPER_NAMES = {"kscout::conv": "_conv", "kscout::conv_t": "_conv_t", "kscout::pool": "_pool"}
@@ -134,8 +135,13 @@ def problem_source(region: Region, meta: dict, free: set, model_name: str) -> tu
     ret = outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ")"
     # the device ops that create tensors take; a canonical forward is its one call, as the family rules read it
     dev = [f"        _dev = {params[0]}.device" if params else "        _dev = torch.device('cpu')"]
+    tolerances = []
     if region.canonical is not None:
         dev = []
+        # judged as the built-in attention problem is: strict float32 (1e-4) is tighter than PyTorch's own
+        # float32 attention reaches over a few hundred keys (evaluation/problems/attention.py)
+        tols = ", ".join(f"{d!r}: {t!r}" for d, t in attention_problem.TOLERANCES.items())
+        tolerances = [f"TOLERANCES = {{{tols}}}  # the built-in attention problem's"]
     text = [
         f'"""Region {region.name} of {model_name} ({region.kind}: {", ".join(dict.fromkeys(region.ops))}), '
         f'with the shapes of its real run.\n\nExtracted by kscout optimize-model."""',
@@ -147,6 +153,7 @@ def problem_source(region: Region, meta: dict, free: set, model_name: str) -> tu
         f"DTYPES = ({dtype!r},)",
         *[f"{k} = {v}" for k, v in consts.items()],
         f"SHAPES = {{'cpu': [{case!r}], 'cuda': [{case!r}]}}",
+        *tolerances,
         "",
         "",
         helpers_source().rstrip(),
