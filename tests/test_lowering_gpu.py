@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-from lowering_cases import module_of, ref
+from kernel_files import import_file
+from lowering_cases import ref
 
 from agent.proposers.lowering import lower_source
 
 pytestmark = pytest.mark.gpu
 
 
-def test_split_k_partials_past_two_billion_elements_reduce_to_the_product():
+def test_split_k_partials_past_two_billion_elements_reduce_to_the_product(tmp_path):
     """32 partials of a 12289 x 12289 output are 4.8e9 elements: partial s sits at s * M * N, past int32.
     The derived case of 6_Matmul_with_large_K_dimension_ where every split-K candidate read out of bounds
     on an H100 (1a9f275); checked against cuBLAS in float64 on a band of rows and columns."""
@@ -26,7 +27,8 @@ def test_split_k_partials_past_two_billion_elements_reduce_to_the_product():
     low = lower_source(source, "/tmp/split_k_big.py")
     config = low.default_config()
     config = {**config, "groups": [dict(g, split_k=32) if g["kind"] == "matmul" else g for g in config["groups"]]}
-    model = module_of(low.render(config), "candidate").ModelNew()
+    (tmp_path / "candidate.py").write_text(low.render(config))  # triton.jit reads its source from a file
+    model = import_file(tmp_path / "candidate.py", "split_k_big_candidate").ModelNew()
     g = torch.Generator(device="cuda").manual_seed(0)
     a = torch.randn(m, k, device="cuda", generator=g)
     b = torch.randn(k, n, device="cuda", generator=g)
