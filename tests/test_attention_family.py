@@ -148,6 +148,33 @@ def test_the_dot_precision_is_declared_in_the_source(tmp_path):
     assert dot_precisions(tf32x3) == ("tf32x3", "ieee")  # float32 operands, then 16-bit ones
 
 
+@pytest.mark.parametrize(
+    "device, dtypes, first",
+    [("cuda", ("float32",), "tf32x3"), ("cuda", ("bfloat16",), "ieee"), ("cpu", ("float32",), "ieee")],
+)
+def test_float32_attention_on_a_gpu_seeds_tf32x3_first_and_keeps_ieee_one_move_away(tmp_path, device, dtypes, first):
+    from evaluation.problem import load_problem
+
+    path = tmp_path / "sdpa.py"
+    path.write_text(f"DTYPES = {dtypes!r}\n" + PROBLEM.replace("{extra}", ", is_causal=True"))
+    info = load_problem(str(path), device=device)
+    assert info.dtypes == dtypes
+    request = ProposeRequest(
+        problem=info,
+        device=device,
+        arch="sm_90" if device == "cuda" else "cpu",
+        device_name=device,
+        action=Action.seed,
+        n=12,
+    )
+    proposals = TemplateProposer().propose(request).proposals
+    assert proposals[0].knobs["precision"] == first
+    assert dot_precisions(proposals[0].source)[0] == first  # what the source's float32 dots declare
+    assert ("tf32x3" in proposals[0].rationale) == (first == "tf32x3")
+    # the other precision is one sibling: the seed batch holds both
+    assert {p.knobs["precision"] for p in proposals} == {"ieee", "tf32x3"}
+
+
 def test_the_template_seed_passes_the_evaluator_on_every_derived_case(tmp_path):
     import evaluation
     from evaluation.problem import load_problem

@@ -187,6 +187,19 @@ def _fp32_gemm_on_gpu(template: str, request: ProposeRequest) -> bool:
     )
 
 
+def _seed_default(template: str, request: ProposeRequest) -> tuple[dict, str]:
+    """The template's default configuration for this request, and what was changed from it. Float32
+    attention proposed for a GPU starts from three-TF32-pass dots: on an H100 the IEEE seed took 92.5 ms on
+    minGPT's attention (B128 H8 L512 D96, causal), 54x PyTorch's float32 SDPA (1.72 ms), its dots on FMAs
+    rather than the tensor cores. Three TF32 passes carry about float32's product error; the judge still
+    holds them to the attention tolerance against float64. The IEEE configuration stays among the seed's
+    siblings, one precision move away."""
+    default = K.default_knobs(template)
+    if template == "attention" and request.device != "cpu" and "float32" in request.problem.dtypes:
+        return {**default, "precision": "tf32x3"}, ", with precision=tf32x3 for float32 on a GPU"
+    return default, ""
+
+
 def _hint_knobs(hint: Any) -> Any:
     return hint.get("knobs") if isinstance(hint, dict) and isinstance(hint.get("knobs"), dict) else hint
 
@@ -292,8 +305,8 @@ class TemplateProposer:
                 f"seed from seed_hints[{i}]: a configuration that worked on a similar device{suffix}",
                 ("seed", "seed_hint"),
             )
-        default = K.default_knobs(template)
-        yield default, f"seed: the {template} template's default configuration{suffix}", ("seed",)
+        default, changed = _seed_default(template, request)
+        yield default, f"seed: the {template} template's default configuration{changed}{suffix}", ("seed",)
         for move in K.single_moves(template, default):
             yield (
                 move.apply(template, default),
