@@ -5,7 +5,8 @@ The file is a candidate like any other (the evaluator judges it against the mode
   names prefixed `_rt_`): a region's kernel runs only on the arch it was proven on, for the dtypes and
   exact input shapes of its problem, on contiguous inputs; anything else takes the region's reference;
 - each winning candidate's source, every top-level name prefixed `_r{k}_` so kernels do not collide;
-- each region's reference path (`_r{k}_reference`), the region's aten ops as extracted;
+- each region's reference path (`_r{k}_reference`), the region's aten ops as extracted (an attention
+  region's in the matmul, mask and softmax the model wrote: extract.attention_math);
 - ModelNew: the model's own __init__ (so the evaluator binds the model's weights to it), and a forward
   that reads parameters and tensor attributes, calls each region in order, writes back the attributes
   the model's forward changes (agent/proposers/lowering/state.py) and returns the graph's outputs.
@@ -124,7 +125,8 @@ def assemble(traced: Traced, regions: list[Region], free: set, winners: dict[str
     parts += [*init.imports, "", _runtime(), _REGION_CALL, extract.helpers_source(), *init.helpers]
     emitted: set[str] = set()
     for r in regions:
-        lines, outs = extract.body(r, [f"a{i}" for i in range(len(r.inputs))], meta, free)
+        # an attention region's reference is the math the model wrote, not the library call of its problem
+        lines, outs = extract.body(r, [f"a{i}" for i in range(len(r.inputs))], meta, free, library=False)
         head = [f"def _{r.name}_reference({', '.join(f'a{i}' for i in range(len(r.inputs)))}):"]
         head.append(f"    _dev = {'a0.device' if r.inputs else 'torch.device(' + repr('cpu') + ')'}")
         parts.append("\n".join(head + [f"    {x}" for x in lines] + [f"    return ({', '.join(outs)},)"]))

@@ -79,12 +79,15 @@ def _call(n, names: dict, meta: dict) -> str:
     return f"{fn}({', '.join(args)})"
 
 
-def body(region: Region, inputs: list[str], meta: dict, free: set) -> tuple[list[str], list[str]]:
+def body(region: Region, inputs: list[str], meta: dict, free: set, library: bool = True) -> tuple[list[str], list[str]]:
     """(lines, returned expressions): the region's ops over variables named `inputs` (one per region input).
 
     Views and parameter work the region reads are emitted in it; sizes are the real run's values. A region
-    in canonical form (attention.py) is its one F.scaled_dot_product_attention call."""
+    in canonical form (attention.py) is its one F.scaled_dot_product_attention call; with `library` off,
+    the same attention in the matmul, mask and softmax that the model computes (`attention_math`)."""
     if region.canonical is not None:
+        if not library:
+            return attention_math(inputs, **region.canonical)
         keywords = ", ".join(f"{k}={v!r}" for k, v in region.canonical.items())
         return [], [f"F.scaled_dot_product_attention({', '.join(inputs)}, {keywords})"]
     names = dict(zip(region.inputs, inputs))
@@ -104,6 +107,22 @@ def body(region: Region, inputs: list[str], meta: dict, free: set) -> tuple[list
         names[n] = f"v{i}"
         lines.append(f"v{i} = {_call(n, names, meta)}")
     return lines, [names[n] for n in region.outputs]
+
+
+def attention_math(inputs: list[str], is_causal: bool, scale: float) -> tuple[list[str], list[str]]:
+    """An attention region's reference path in an assembled model: the scores, the causal mask, the
+    softmax and the second product, as the model wrote them. A region whose kernel was not taken, or not
+    dispatched, then costs what it cost in the model: the library call its problem file holds
+    (F.scaled_dot_product_attention) would speed the model up with no kernel of ours in it, a gain the
+    report would have nowhere to attribute."""
+    q, k, v = inputs
+    lines = [f"s = torch.matmul({q}, {k}.transpose(-2, -1)) * {scale!r}"]
+    if is_causal:  # query i sees keys 0..i, torch's is_causal
+        lines.append(
+            f"s = s.masked_fill(torch.ones({q}.shape[-2], {k}.shape[-2], dtype=torch.bool, device=s.device)"
+            ".triu(1), float('-inf'))"
+        )
+    return lines, [f"torch.matmul(torch.softmax(s, dim=-1), {v})"]
 
 
 def _draw(shape_names: list[str], m: Meta) -> str:
