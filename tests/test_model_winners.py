@@ -26,3 +26,27 @@ def test_a_kernel_at_or_above_the_reference_is_taken_and_an_untimed_one_is_not_j
     assert reference_is_faster(_kernel(1.4, 1.3, 1.5)) is None
     untimed = KernelView(candidate_id="k", proposer="template", picked=False, status="passed", verdict=None)
     assert reference_is_faster(untimed) is None
+
+
+def test_a_search_that_picked_nothing_says_how_far_its_fastest_passing_kernel_stayed():
+    """minGPT's attention region on an H100: 6 passed and none was picked, with no number to say why."""
+    from types import SimpleNamespace
+
+    from agent.model.flow import no_kernel_reason
+
+    untimed = KernelView(candidate_id="u", proposer="template", picked=False, status="passed", verdict=None)
+    s = SimpleNamespace(
+        evaluations=6,
+        passed=6,
+        failures=(),
+        stop_reason="evaluation_budget",
+        kernels=(_kernel(0.41, 0.40, 0.42), untimed, _kernel(0.62, 0.60, 0.63)),
+    )
+    assert no_kernel_reason(s) == (
+        "kept the reference ops: no passing kernel was picked (6 evaluated, 6 passed; the fastest 0.62x eager "
+        "[0.60, 0.63]); stopped: evaluation_budget"
+    )
+    s.kernels = (untimed,)  # nothing timed (a CPU): no number is made up
+    assert no_kernel_reason(s) == (
+        "kept the reference ops: no passing kernel was picked (6 evaluated, 6 passed); stopped: evaluation_budget"
+    )

@@ -198,9 +198,16 @@ def winners(plan: Plan, store, runs: dict[str, str], *, no_hybrid: bool = False)
 def no_kernel_reason(s) -> str:
     """Why a region's search gave no kernel, from its run's summary: what it evaluated, how those failed and
     why it stopped ("kept the reference ops: no kernel passed (3 evaluated, 0 passed; 3 crashed
-    (AcceleratorError)); stopped: deadline")."""
+    (AcceleratorError)); stopped: deadline"); where passing kernels were timed, the fastest one's geomean
+    against the region's eager reference."""
     fails = ", ".join(f"{f.count} {f.status} ({f.error_class})" for f in s.failures)
     what = f"{s.evaluations} evaluated, {s.passed} passed" + (f"; {fails}" if fails else "")
+    # how far the fastest passing kernel stayed from the region's reference (timed runs only)
+    timed = [k.verdict.vs("eager") for k in getattr(s, "kernels", ()) if k.verdict is not None]
+    timed = [a for a in timed if a is not None]
+    if timed:
+        g = max(timed, key=lambda a: a.geomean.ratio).geomean
+        what += f"; the fastest {g.ratio:.2f}x eager [{g.low:.2f}, {g.high:.2f}]"
     why = "no kernel passed" if s.passed == 0 else "no passing kernel was picked"
     stop = f"; stopped: {s.stop_reason}" if s.stop_reason else ""
     return f"kept the reference ops: {why} ({what}){stop}"
