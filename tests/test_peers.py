@@ -100,3 +100,14 @@ def test_render_writes_variants_into_folders(tmp_path):
     out = render_all(spec)
     assert set(out) == {"swiglu/small.py", "swiglu/big.py"}
     assert "_BLOCK = 256" in out["swiglu/small.py"]
+
+
+def test_a_kernels_folder_without_the_ops_kernels_stops_before_anything_is_timed(tmp_path):
+    """A sweep not rendered (on an H100 the attention sweep timed only eager and compile, 'no kernel timed')."""
+    args = peers.parse_args(["--ops", "attention", "--kernels", str(tmp_path / "not_rendered")])
+    with pytest.raises(SystemExit, match=r"no kernel for attention in .*not_rendered.*peers\.render --knobs"):
+        peers.select_rows(args)
+    # the baselines alone are a run that asks for no kernel; the committed folder has attention's
+    alone = peers.parse_args(["--ops", "attention", "--kernels", str(tmp_path), "--providers", "eager"])
+    assert {op for op, _ in peers.select_rows(alone)} == {"attention"}
+    assert {op for op, _ in peers.select_rows(peers.parse_args(["--ops", "attention"]))} == {"attention"}

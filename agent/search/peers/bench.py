@@ -685,6 +685,14 @@ def select_rows(args) -> list[tuple[str, dict[str, int]]]:
     for op, _ in rows:
         if not (PROBLEMS / f"{op}.py").is_file():
             raise SystemExit(f"unknown op {op!r}: no evaluation/problems/{op}.py")
+    # a kernels folder with nothing for an op would time only the baselines and look like a run
+    missing = sorted({op for op, _ in rows if "kernel" in args.providers and not kernel_files(args.kernels, op)})
+    if missing:
+        raise SystemExit(
+            f"no kernel for {', '.join(missing)} in {args.kernels} (wanted {args.kernels}/<op>.py or "
+            f"{args.kernels}/<op>/*.py); render a sweep with: python -m agent.search.peers.render --knobs "
+            f"SWEEP.json --out {args.kernels}"
+        )
     return rows
 
 
