@@ -129,6 +129,8 @@ def test_a_causal_self_attention_becomes_one_sdpa_region_in_canonical_form(tmp_p
         ("r3", "contraction", ("addmm",)),
     ]
     assert rows[1].input_shapes == ((B, H, T, E),) * 3 and rows[1].state == "searched"
+    # its speedups are against the library call its problem holds, which the row names
+    assert [r.library for r in rows] == [None, "F.scaled_dot_product_attention", None, None]
     assert not any({"bmm", "amax", "exp", "where"} & set(r.ops) for r in rows)  # the score matrix's regions
     attn = plan.regions[1]
     assert attn.canonical == {"is_causal": True, "scale": 1.0 / math.sqrt(E)}

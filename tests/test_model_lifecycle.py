@@ -290,3 +290,51 @@ def test_the_model_page_renders_in_headless_chromium_without_console_errors(opti
     assert dom.count("reference ops") == 0 and dom.count("not measured") >= 2  # both regions run kernels
     refs = re.findall(r'(?:src|href)\s*=\s*"([^"]*)"', dom)
     assert all(r.startswith("#") or r.startswith("data:") for r in refs)
+
+
+def test_an_attention_regions_time_after_is_its_kernels_own_since_its_speedup_is_against_sdpa():
+    """minGPT on an H100: the attention took 8.5 ms as the model wrote it and 1.72 ms as SDPA, its region's
+    problem. A kernel 1.2x SDPA takes 1.43 ms: 8.5 / 1.2 would claim 7.1 ms and hide most of the gain."""
+    sdpa = "F.scaled_dot_product_attention"
+    attn = row("r1", 8500.0, 1.2).model_copy(update={"library": sdpa, "kernel_us": 1433.0})
+    report = ModelReport(
+        model="m.py",
+        device="cuda",
+        clock="device",
+        eager_us=16000.0,
+        graph_us=16000.0,
+        glue_us=0.0,
+        regions=(row("r0", 6000.0, 1.0), attn, row("r2", 1500.0, None, kernel=None)),
+        verdict="passed",
+    )
+    assert report.after_us(attn) == 1433.0
+    assert report.predicted_speedup() == pytest.approx(16000.0 / (6000.0 + 1433.0 + 1500.0))
+    assert report.gain_shares() == {"r0": 0.0, "r1": 1.0, "r2": 0.0}
+    assert "1.2x vs F.scaled_dot_product_attention" in page.render(report)
+    # untimed (a CPU): no time after is made up for it
+    untimed = attn.model_copy(update={"speedup": None, "kernel_us": None})
+    assert report.after_us(untimed) is None
+
+
+def test_a_judged_kernels_own_time_is_the_geomean_of_its_timed_cases():
+    from types import SimpleNamespace
+
+    from agent.model.flow import kernel_us
+    from evaluation.records import TimedCase, TimingStats
+
+    def case(ms: float) -> TimedCase:
+        stats = TimingStats(
+            latency_ms_p20=ms,
+            latency_ms_p50=ms,
+            latency_ms_p80=ms,
+            latency_ms_min=ms,
+            latency_ms_mean=ms,
+            n_samples=20,
+            n_warmup=8,
+            l2_flushed=True,
+            method="cuda_graph",
+        )
+        return TimedCase(case_id=f"c{ms}", params={}, dtype="float32", candidate=stats, baselines=(), speedups=())
+
+    assert kernel_us(SimpleNamespace(timing=(case(1.0), case(4.0)))) == pytest.approx(2000.0)
+    assert kernel_us(SimpleNamespace(timing=())) is None

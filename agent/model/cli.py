@@ -89,6 +89,7 @@ def render(report) -> None:
     for r in report.regions:
         kernel = f"{r.kernel[:12]} {r.schedule or ''}".strip() if r.kernel else "reference ops"
         speed = f"{r.speedup:.3g}x" if r.speedup is not None else "not measured" if r.kernel else "-"
+        speed += f" vs {r.library}" if r.library and r.speedup is not None else ""
         state = r.state + (f" (with {r.same_as})" if r.same_as else "")
         state += f": {r.reason}" if r.reason else ""
         t.add_row(

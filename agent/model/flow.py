@@ -18,6 +18,7 @@ kernel, which proves the assembly correct and claims no speed.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -121,6 +122,7 @@ def prepare(
             state=state,
             reason=reason,
             problem_path=found.path if found else None,
+            library="F.scaled_dot_product_attention" if r.canonical is not None else None,
             same_as=same_as.get(r.name),
             budget=max(1, round(budget * group_share[r.name] / total))
             if state == "searched" and r.name not in same_as
@@ -267,6 +269,14 @@ def model_problem(plan: Plan, work: Path, tolerance: str = "kernelbench") -> str
     return str(path)
 
 
+def kernel_us(res) -> Optional[float]:
+    """A timed evaluation's own time in microseconds: the geometric mean of its timed cases' p50."""
+    times = [t.candidate.latency_ms_p50 * 1000.0 for t in res.timing]
+    if not times or min(times) <= 0:
+        return None
+    return math.exp(sum(math.log(x) for x in times) / len(times))
+
+
 def judge(
     plan: Plan,
     source: str,
@@ -296,7 +306,11 @@ def judge(
                 problem = evaluation.load_problem(plan.extracted[w.region].path, dev)
                 res = dict(executor.evaluate_batch([w.source], problem))[0]
                 speed = res.measured_speedup("eager")
-                judged[w.region] = {"judged": res.status.value, "speedup": speed.ratio if speed else None}
+                judged[w.region] = {
+                    "judged": res.status.value,
+                    "speedup": speed.ratio if speed else None,
+                    "kernel_us": kernel_us(res) if speed else None,
+                }
             plan.rows[name] = plan.rows[name].model_copy(update=judged[w.region])
         # the tolerance policy is written into the model's problem file (model_problem): loaded as declared
         problem = evaluation.load_problem(model_problem(plan, work, tolerance), dev)
