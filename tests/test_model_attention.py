@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import types
 from pathlib import Path
 
 import pytest
 import torch
-from test_optimize_model import cut  # (traced, the partition's own regions, free nodes)
+from test_optimize_model import built, cut  # cut: (traced, the partition's own regions, free nodes)
 
 from agent.model import assemble, attention, flow
 from agent.proposers.family import match_family
 from agent.proposers.lowering import lower_source
-from evaluation.problem import exec_problem_source, init_inputs, load_problem
+from evaluation.problem import load_problem
 from evaluation.problems import attention as attention_problem
 from store import Store
 
@@ -97,14 +96,6 @@ def write(tmp_path: Path, text: str, name: str = "attn.py") -> str:
     path = tmp_path / name
     path.write_text(text)
     return str(path)
-
-
-def built(source: str, traced, path: str) -> torch.nn.Module:
-    module = types.ModuleType("assembled")
-    exec(compile(source, "assembled.py", "exec"), module.__dict__)
-    m = module.ModelNew(*init_inputs(exec_problem_source(Path(path).read_text(), path))).eval()
-    m.load_state_dict(traced.model.state_dict())
-    return m
 
 
 def test_the_partition_alone_cuts_the_attention_at_each_contraction(tmp_path):

@@ -319,22 +319,15 @@ def test_an_attention_regions_time_after_is_its_kernels_own_since_its_speedup_is
 def test_a_judged_kernels_own_time_is_the_geomean_of_its_timed_cases():
     from types import SimpleNamespace
 
+    from test_eval_timing_stats import stats
+
     from agent.model.flow import kernel_us
-    from evaluation.records import TimedCase, TimingStats
+    from evaluation.records import TimedCase
 
     def case(ms: float) -> TimedCase:
-        stats = TimingStats(
-            latency_ms_p20=ms,
-            latency_ms_p50=ms,
-            latency_ms_p80=ms,
-            latency_ms_min=ms,
-            latency_ms_mean=ms,
-            n_samples=20,
-            n_warmup=8,
-            l2_flushed=True,
-            method="cuda_graph",
+        return TimedCase(
+            case_id=f"c{ms}", params={}, dtype="float32", candidate=stats(ms, ms, ms), baselines=(), speedups=()
         )
-        return TimedCase(case_id=f"c{ms}", params={}, dtype="float32", candidate=stats, baselines=(), speedups=())
 
     assert kernel_us(SimpleNamespace(timing=(case(1.0), case(4.0)))) == pytest.approx(2000.0)
     assert kernel_us(SimpleNamespace(timing=())) is None

@@ -25,6 +25,7 @@ from agent.model.graph import Meta
 from agent.model.partition import Region
 from evaluation.problems import attention as attention_problem
 
+LIBRARY_CALL = "F.scaled_dot_product_attention"  # what a region in canonical form (attention.py) calls
 HELPERS = (g._conv, g._conv_t, g._pool)  # the kscout:: ops of the capture, as torch.nn.functional calls
 _HELPER_NAMES = {"kscout::conv": "_conv", "kscout::conv_t": "_conv_t", "kscout::pool": "_pool"}
 
@@ -89,7 +90,7 @@ def body(region: Region, inputs: list[str], meta: dict, free: set, library: bool
         if not library:
             return attention_math(inputs, **region.canonical)
         keywords = ", ".join(f"{k}={v!r}" for k, v in region.canonical.items())
-        return [], [f"F.scaled_dot_product_attention({', '.join(inputs)}, {keywords})"]
+        return [], [f"{LIBRARY_CALL}({', '.join(inputs)}, {keywords})"]
     names = dict(zip(region.inputs, inputs))
     needed: set = set(region.nodes)
     stack = [a for n in region.nodes for a in n.all_input_nodes]

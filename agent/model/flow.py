@@ -18,7 +18,6 @@ kernel, which proves the assembly correct and claims no speed.
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -122,7 +121,7 @@ def prepare(
             state=state,
             reason=reason,
             problem_path=found.path if found else None,
-            library="F.scaled_dot_product_attention" if r.canonical is not None else None,
+            library=extract.LIBRARY_CALL if r.canonical is not None else None,
             same_as=same_as.get(r.name),
             budget=max(1, round(budget * group_share[r.name] / total))
             if state == "searched" and r.name not in same_as
@@ -271,10 +270,9 @@ def model_problem(plan: Plan, work: Path, tolerance: str = "kernelbench") -> str
 
 def kernel_us(res) -> Optional[float]:
     """A timed evaluation's own time in microseconds: the geometric mean of its timed cases' p50."""
-    times = [t.candidate.latency_ms_p50 * 1000.0 for t in res.timing]
-    if not times or min(times) <= 0:
-        return None
-    return math.exp(sum(math.log(x) for x in times) / len(times))
+    from agent.search.coverage import geomean
+
+    return geomean([t.candidate.latency_ms_p50 * 1000.0 for t in res.timing])
 
 
 def judge(
