@@ -140,3 +140,23 @@ def test_the_seed_offers_rx_only_where_the_reduced_dims_are_not_innermost(tmp_pa
     assert "g0.order=rx" in _seed_tags(tmp_path, "sum_dim1", ORDER_CASES["sum_dim1"])
     last = _seed_tags(tmp_path, "logsumexp", CASES["logsumexp"])  # over the last dim: the same point as xr
     assert "g0.order=rx" not in last and "g0.num_warps=16" in last
+
+
+def test_a_gpu_seed_batch_of_eight_measures_both_layouts_of_a_middle_dim_reduction(tmp_path):
+    from agent.proposers.base import Action, ProposeRequest
+    from agent.proposers.lowering.propose import LoweringSearch
+
+    def batch(name: str, source: str) -> list[tuple[str, ...]]:
+        problem = problem_info(tmp_path, name, source)
+        search = LoweringSearch(lower_source(source, problem.source_path))
+        request = ProposeRequest(
+            problem=problem, device="cuda", arch="sm_90", device_name="H200", action=Action.seed, n=8
+        )
+        return [p.transformation_tags for p in search.propose(request).proposals]
+
+    mid = batch("sum_dim1", ORDER_CASES["sum_dim1"])
+    assert len(mid) == 8
+    assert ("seed", "schedule=reduction") == mid[0]  # the default schedule, in xr, first
+    assert "g0.order=rx" in mid[1]  # its rx twin next, so both layouts are timed together
+    last = batch("logsumexp", CASES["logsumexp"])
+    assert len(last) == 8 and not any("g0.order=rx" in t for t in last)

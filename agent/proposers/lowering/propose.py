@@ -379,7 +379,12 @@ class LoweringSearch:
         if request.device != "cpu":  # the interpreter's tiles (for_device) are the CPU's whole portfolio
             for config, why in portfolio(self.lowered, base):
                 yield config, why, ("seed", "portfolio")
-        for move in space.knob_moves(base) + space.schedule_moves(base):
+        # The tile's layout first: where a middle or leading dim is reduced, "rx" puts the contiguous kept
+        # dims along the lanes, and a GPU's first batch of 8 measures both layouts (at its place among the
+        # knob moves it came ninth, past the batch). Elsewhere "rx" renders xr's kernels and is skipped.
+        moves = space.knob_moves(base) + space.schedule_moves(base)
+        moves.sort(key=lambda m: m.name != "order")
+        for move in moves:
             yield move.apply(base), f"seed variant, {move.describe()}: {move.why}", ("seed", move.tag())
 
     def _parent(self, base: dict, request: ProposeRequest) -> tuple[dict, str]:
