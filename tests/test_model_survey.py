@@ -50,3 +50,60 @@ def test_a_model_past_its_time_limit_is_a_timeout_row_not_a_hung_survey(tmp_path
     (row,) = survey([str(tmp_path / "3_Slow.py")], timeout_s=3)
     assert (row.model, row.status, row.reason) == ("3_Slow.py", "timeout", "more than 3 s")
     assert row.seconds < 20
+
+
+DENSE = """
+import torch
+import torch.nn as nn
+
+batch_size = 2
+
+
+class Model(nn.Module):
+    def __init__(self, layers=12, growth=4):
+        super().__init__()
+        self.convs = nn.ModuleList(nn.Conv2d(3 + i * growth, growth, 3, padding=1) for i in range(layers))
+
+    def forward(self, x):
+        features = [x]
+        for conv in self.convs:
+            features.append(conv(torch.cat(features, 1)))
+        return torch.cat(features, 1).mean(dim=(2, 3))
+
+
+def get_inputs():
+    return [torch.randn(batch_size, 3, 8, 8)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_model_is_captured_with_its_shipped_sizes_and_runs_as_the_model_does(tmp_path):
+    """The model flow's capture is static: a dense block's growing `cat` is plain ints, not a sum of
+    symbols whose guards sympy re-simplifies at every layer (minutes for DenseNet121), while a problem's
+    lowering still captures symbolic sizes."""
+    import torch
+
+    from agent.model import graph
+    from agent.proposers.lowering.capture import capture
+
+    path = tmp_path / "14_Dense.py"
+    path.write_text(DENSE)
+    traced = graph.trace(DENSE, str(path))
+    sizes = [
+        s
+        for n in traced.captured.gm.graph.nodes
+        if isinstance(n.meta.get("val"), torch.Tensor)
+        for s in n.meta["val"].shape
+    ]
+    assert sizes and all(type(s) is int for s in sizes)
+    assert traced.captured.hints == {}
+    with torch.no_grad():
+        expected = traced.model(*traced.inputs)
+    out = graph.run(traced)
+    out = out[0] if isinstance(out, tuple) else out
+    assert out.shape == (2, 3 + 12 * 4) and torch.allclose(out, expected, atol=1e-5, rtol=1e-5)
+    symbolic = capture(DENSE, str(path))
+    assert any(isinstance(s, torch.SymInt) for s in symbolic.gm.graph.find_nodes(op="placeholder")[0].meta["val"].shape)

@@ -167,7 +167,7 @@ def trace(source: str, path: str, device: str = "cpu", seed: int = 0) -> Traced:
     from evaluation.problem import exec_problem_source, init_inputs
 
     module = exec_problem_source(source, path)
-    captured = capture(source, path)
+    captured = capture(source, path, static=True)  # sizes as shipped: the flow writes real sizes
     torch.manual_seed(seed)
     try:
         model = module.Model(*init_inputs(module)).eval().to(device)

@@ -333,8 +333,9 @@ CARRIER_OFFSET = 2  # a carrier is v + 2 long: sizes 0 and 1 would be fixed by t
 class _Carriers:
     """Module int settings traced as sizes of one-dimensional placeholder tensors (v + CARRIER_OFFSET long)."""
 
-    def __init__(self, fake_mode):
+    def __init__(self, fake_mode, static: bool = False):
         self.fake_mode = fake_mode
+        self.static = static  # a static capture: the settings are plain ints like every other size
         self.names: list[str] = []
         self.tensors: list = []
 
@@ -345,7 +346,10 @@ class _Carriers:
             raise LoweringError(f"{expr} = {value!r} is not a size")
         meta = torch.empty(value + CARRIER_OFFSET, device="meta")
         fake = self.fake_mode.from_tensor(
-            meta, symbolic_context=StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC])
+            meta,
+            symbolic_context=StatelessSymbolicContext(
+                dynamic_sizes=[DimDynamic.STATIC if self.static else DimDynamic.DYNAMIC]
+            ),
         )
         self.names.append(expr)
         self.tensors.append(fake)
@@ -956,11 +960,17 @@ def _install_fx_isolation() -> None:
 # ---------------------------------------------------------------- the entry point
 
 
-def capture(source: str, path: str) -> Captured:
-    """Trace the reference's forward (eval mode) to an aten graph with symbolic sizes (one capture at a time)."""
+def capture(source: str, path: str, static: bool = False) -> Captured:
+    """Trace the reference's forward (eval mode) to an aten graph with symbolic sizes (one capture at a time).
+
+    `static`: every size a plain int, as the file ships it. The model flow (agent/model) writes its
+    regions and glue with the real run's sizes and judges the model at its shipped sizes, so it needs no
+    symbols; symbolic tracing of a deep model spends minutes in sympy (DenseNet121: each dense layer's
+    `cat` sums the previous channel counts, and every guard on them is re-simplified), and each region
+    extracted from it is lowered with symbols of its own."""
     isolate_fx_traces()
     with _LOCK:
-        return _capture(source, path)
+        return _capture(source, path, static)
 
 
 def _meta_model(module, name: str) -> torch.nn.Module:
@@ -983,7 +993,7 @@ def _meta_model(module, name: str) -> torch.nn.Module:
             ) from second
 
 
-def _capture(source: str, path: str) -> Captured:
+def _capture(source: str, path: str, static: bool = False) -> Captured:
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
     from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
@@ -1018,7 +1028,10 @@ def _capture(source: str, path: str) -> Captured:
     def fake(t: torch.Tensor):
         meta = t.detach().to("meta") if t.device.type != "meta" else t.detach()
         return fake_mode.from_tensor(
-            meta, symbolic_context=StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC] * meta.dim())
+            meta,
+            symbolic_context=StatelessSymbolicContext(
+                dynamic_sizes=[DimDynamic.STATIC if static else DimDynamic.DYNAMIC] * meta.dim()
+            ),
         )
 
     placeholders: list[Placeholder] = []
@@ -1027,7 +1040,7 @@ def _capture(source: str, path: str) -> Captured:
     for key, t in state.items():
         placeholders.append(Placeholder(kind="param", name=key, dtype=t.dtype))
         flat.append(fake(t))
-    carriers = _Carriers(fake_mode)
+    carriers = _Carriers(fake_mode, static)
     patched = _patch_modules(model, carriers)
     for expr, t in zip(carriers.names, carriers.tensors):
         placeholders.append(Placeholder(kind="carrier", name=expr))
@@ -1095,7 +1108,8 @@ def _capture(source: str, path: str) -> Captured:
         attr_nodes = [n for n in gm.graph.nodes if n.op == "placeholder"][n_inputs:]
         by_slot = [attr_nodes[i] for _, _, i, _ in attrs.slots]
         writes = split_writes(gm, n_out, tuple_output, current["after"], by_slot)
-    values = getattr(env, "backed_var_to_val", None) or env.var_to_val
+    values = getattr(env, "backed_var_to_val", None)  # empty, not missing, in a static capture
+    values = env.var_to_val if values is None else values
     hints = {s: int(v) for s, v in values.items()}
     return Captured(
         gm=gm,
