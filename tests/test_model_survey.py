@@ -107,3 +107,19 @@ def test_a_model_is_captured_with_its_shipped_sizes_and_runs_as_the_model_does(t
     assert out.shape == (2, 3 + 12 * 4) and torch.allclose(out, expected, atol=1e-5, rtol=1e-5)
     symbolic = capture(DENSE, str(path))
     assert any(isinstance(s, torch.SymInt) for s in symbolic.gm.graph.find_nodes(op="placeholder")[0].meta["val"].shape)
+
+
+def test_the_csv_holds_a_row_per_model_with_its_status_and_regions(tmp_path, capsys):
+    import csv
+
+    (tmp_path / "1_Tiny.py").write_text(MLP)
+    (tmp_path / "2_Slow.py").write_text(
+        MLP.replace("def get_inputs():", "import time\ntime.sleep(30)\n\n\ndef get_inputs():")
+    )
+    out = tmp_path / "survey.csv"
+    main([str(tmp_path), "--csv", str(out), "--timeout", "20"])
+    rows = {r["model"]: r for r in csv.DictReader(out.open())}
+    assert (rows["1_Tiny.py"]["status"], rows["1_Tiny.py"]["regions"]) == ("taken", "3")
+    assert rows["1_Tiny.py"]["why_not"] == "1x no schedule lowers sort"
+    assert (rows["2_Slow.py"]["status"], rows["2_Slow.py"]["reason"]) == ("timeout", "more than 20 s")
+    assert "1 of 2 models taken" in capsys.readouterr().out

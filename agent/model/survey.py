@@ -119,6 +119,14 @@ def _table(rows: list[SurveyRow]):
     return t
 
 
+def write_csv(path: Path, rows: list[SurveyRow]) -> None:
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(SurveyRow.model_fields))
+        w.writeheader()
+        for r in rows:
+            w.writerow({**r.model_dump(), "why_not": " | ".join(r.why_not)})
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m agent.model.survey", description=__doc__.split("\n\n")[0])
     ap.add_argument("folder", nargs="?", help="a folder of KernelBench-format model files")
@@ -139,18 +147,15 @@ def main(argv: Optional[list[str]] = None) -> None:
     from agent.term import console
 
     con = console(stderr=True)
-    rows = survey(
-        paths,
-        args.device,
-        args.timeout,
-        on_row=lambda r: con.print(f"{r.model}: {r.status} ({r.seconds:.0f} s)", markup=False, highlight=False),
-    )
-    if args.csv:
-        with args.csv.open("w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(SurveyRow.model_fields))
-            w.writeheader()
-            for r in rows:
-                w.writerow({**r.model_dump(), "why_not": " | ".join(r.why_not)})
+    done: list[SurveyRow] = []
+
+    def on_row(r: SurveyRow) -> None:
+        con.print(f"{r.model}: {r.status} ({r.seconds:.0f} s)", markup=False, highlight=False)
+        done.append(r)
+        if args.csv:  # rewritten after every model: a survey stopped part-way keeps the rows it has
+            write_csv(args.csv, done)
+
+    rows = survey(paths, args.device, args.timeout, on_row=on_row)
     if args.json:
         print(json.dumps([r.model_dump(mode="json") for r in rows]))
     else:
