@@ -113,13 +113,11 @@ def test_the_csv_holds_a_row_per_model_with_its_status_and_regions(tmp_path, cap
     import csv
 
     (tmp_path / "1_Tiny.py").write_text(MLP)
-    (tmp_path / "2_Slow.py").write_text(
-        MLP.replace("def get_inputs():", "import time\ntime.sleep(30)\n\n\ndef get_inputs():")
-    )
+    (tmp_path / "2_Broken.py").write_text("import torch\n\ndef get_inputs():\n    return []\n")
     out = tmp_path / "survey.csv"
-    main([str(tmp_path), "--csv", str(out), "--timeout", "20"])
+    main([str(tmp_path), "--csv", str(out), "--timeout", "120"])
     rows = {r["model"]: r for r in csv.DictReader(out.open())}
     assert (rows["1_Tiny.py"]["status"], rows["1_Tiny.py"]["regions"]) == ("taken", "3")
     assert rows["1_Tiny.py"]["why_not"] == "1x no schedule lowers sort"
-    assert (rows["2_Slow.py"]["status"], rows["2_Slow.py"]["reason"]) == ("timeout", "more than 20 s")
+    assert rows["2_Broken.py"]["status"] == "out" and "Model" in rows["2_Broken.py"]["reason"]
     assert "1 of 2 models taken" in capsys.readouterr().out
