@@ -333,24 +333,19 @@ CARRIER_OFFSET = 2  # a carrier is v + 2 long: sizes 0 and 1 would be fixed by t
 class _Carriers:
     """Module int settings traced as sizes of one-dimensional placeholder tensors (v + CARRIER_OFFSET long)."""
 
-    def __init__(self, fake_mode, static: bool = False):
+    def __init__(self, fake_mode, sizes):
         self.fake_mode = fake_mode
-        self.static = static  # a static capture: the settings are plain ints like every other size
+        self.sizes = sizes  # the capture's DimDynamic: in a static one the settings are plain ints too
         self.names: list[str] = []
         self.tensors: list = []
 
     def __call__(self, expr: str, value: int):
-        from torch.fx.experimental.symbolic_shapes import DimDynamic, StatelessSymbolicContext
+        from torch.fx.experimental.symbolic_shapes import StatelessSymbolicContext
 
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise LoweringError(f"{expr} = {value!r} is not a size")
         meta = torch.empty(value + CARRIER_OFFSET, device="meta")
-        fake = self.fake_mode.from_tensor(
-            meta,
-            symbolic_context=StatelessSymbolicContext(
-                dynamic_sizes=[DimDynamic.STATIC if self.static else DimDynamic.DYNAMIC]
-            ),
-        )
+        fake = self.fake_mode.from_tensor(meta, symbolic_context=StatelessSymbolicContext(dynamic_sizes=[self.sizes]))
         self.names.append(expr)
         self.tensors.append(fake)
         return len(self.tensors) - 1
@@ -1025,13 +1020,12 @@ def _capture(source: str, path: str, static: bool = False) -> Captured:
     env = ShapeEnv(duck_shape=False)
     fake_mode = FakeTensorMode(shape_env=env, allow_non_fake_inputs=False)
 
+    sizes = DimDynamic.STATIC if static else DimDynamic.DYNAMIC
+
     def fake(t: torch.Tensor):
         meta = t.detach().to("meta") if t.device.type != "meta" else t.detach()
         return fake_mode.from_tensor(
-            meta,
-            symbolic_context=StatelessSymbolicContext(
-                dynamic_sizes=[DimDynamic.STATIC if static else DimDynamic.DYNAMIC] * meta.dim()
-            ),
+            meta, symbolic_context=StatelessSymbolicContext(dynamic_sizes=[sizes] * meta.dim())
         )
 
     placeholders: list[Placeholder] = []
@@ -1040,7 +1034,7 @@ def _capture(source: str, path: str, static: bool = False) -> Captured:
     for key, t in state.items():
         placeholders.append(Placeholder(kind="param", name=key, dtype=t.dtype))
         flat.append(fake(t))
-    carriers = _Carriers(fake_mode, static)
+    carriers = _Carriers(fake_mode, sizes)
     patched = _patch_modules(model, carriers)
     for expr, t in zip(carriers.names, carriers.tensors):
         placeholders.append(Placeholder(kind="carrier", name=expr))
