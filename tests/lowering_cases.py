@@ -150,6 +150,21 @@ CASES: dict[str, str] = {
         "[torch.randn(1, 2, 5, 6, 7)]",
         init="self.p = nn.AvgPool3d(2, stride=2, padding=1, count_include_pad=False)",
     ),
+    # ceil_mode (SqueezeNet's max pools): the last, partial window is kept unless it would start in
+    # the right padding; the average's divisor stops at the padded edge
+    "maxpool2d_ceil": ref(
+        "def forward(self, x):\n    return self.p(x)\n",
+        "[torch.randn(2, 3, 12, 13)]",
+        init="self.p = nn.MaxPool2d(3, stride=2, ceil_mode=True)",
+    ),
+    "avgpool1d_ceil": ref(
+        "def forward(self, x):\n    return self.p(x)\n",
+        "[torch.randn(2, 3, L)]",
+        init="self.p = nn.AvgPool1d(k, stride=s, padding=p, ceil_mode=True)",
+        signature="self, k, s, p",
+        consts="L = 5\nK = 2\nS = 3\nP = 1\n",
+        init_inputs="[K, S, P]",
+    ),
     # contractions with the epilogue fused
     "linear_epilogue": ref(
         "def forward(self, x):\n    return torch.relu(self.fc(x)) * 0.5 + 1.0\n",

@@ -24,6 +24,7 @@ FAST = (
     "group_norm",
     "cumsum_reverse",
     "maxpool2d",
+    "maxpool2d_ceil",
     "linear_epilogue",
     "gemm_groupnorm",
     "hinge",
@@ -98,6 +99,23 @@ def test_one_candidate_serves_other_sizes_and_module_settings():
     bigger = pool.replace("L = 30\nK = 4\nS = 2\nP = 1\nD = 2", "L = 47\nK = 5\nS = 3\nP = 2\nD = 1")
     assert bigger != pool
     _, out, expected, flagged = run_lowered(bigger, candidate=src, path="/tmp/maxpool1d.py")
+    assert_close(out, expected)
+
+
+def test_ceil_mode_pooling_keeps_or_drops_the_last_window_as_pytorch_does():
+    """One candidate, two settings: at L=5, k=2, s=3, p=1 the rounded-up third window would start in
+    the right padding and PyTorch drops it (2 outputs); at L=10, k=3, s=2, p=1 the partial sixth
+    window starts inside the input and is kept (6 outputs, where floor mode gives 5)."""
+    case = CASES["avgpool1d_ceil"]
+    src, out, expected, flagged = run_lowered(case, path="/tmp/avgpool1d_ceil.py")
+    assert flagged == {}
+    assert out.shape[-1] == expected.shape[-1] == 2
+    assert_close(out, expected)
+    other = case.replace("L = 5\nK = 2\nS = 3\nP = 1", "L = 10\nK = 3\nS = 2\nP = 1")
+    assert other != case
+    _, out, expected, flagged = run_lowered(other, candidate=src, path="/tmp/avgpool1d_ceil.py")
+    assert flagged == {}
+    assert out.shape[-1] == expected.shape[-1] == 6
     assert_close(out, expected)
 
 

@@ -41,6 +41,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+import sympy
 import torch
 
 from agent.proposers.lowering.ir import LoweringError
@@ -119,10 +120,14 @@ def pool_out_size(size, k, s, p, d, ceil_mode):
     span = size + 2 * p - d * (k - 1) - 1
     if not ceil_mode:
         return span // s + 1
-    out = -((-span) // s) + 1
-    if isinstance(out, int) and (out - 1) * s >= size + p:
-        out -= 1
-    return out
+    # ceil, except that the last window must start inside the input or its left padding:
+    # PyTorch drops an output whose window would start in the right padding or beyond it.
+    out, cap = -((-span) // s) + 1, (size + p - 1) // s + 1
+    if isinstance(out, int) and isinstance(cap, int):
+        return min(out, cap)
+    if isinstance(out, torch.SymInt) or isinstance(cap, torch.SymInt):
+        return torch.sym_min(out, cap)
+    return sympy.Min(out, cap)
 
 
 # ---------------------------------------------------------------- the decomposition table

@@ -962,13 +962,20 @@ def _cumprod(lw, node, x, dim, dtype=None):
 def _pool(lw, node, x, kind, kernel, stride, padding, dilation, ceil_mode, count_include_pad, divisor):
     from torch.utils._sympy.functions import FloorDiv
 
-    if ceil_mode:
-        raise LoweringError("pooling with ceil_mode=True is not lowered")
     nd = len(kernel)
     lead = list(x.shape[:-nd])
     sizes = list(x.shape[-nd:])
     k, s, p, dl = ([sym(v) for v in vals] for vals in (kernel, stride, padding, dilation))
-    outs = [FloorDiv(sizes[i] + 2 * p[i] - dl[i] * (k[i] - 1) - 1, s[i]) + 1 for i in range(nd)]
+    spans = [sizes[i] + 2 * p[i] - dl[i] * (k[i] - 1) - 1 for i in range(nd)]
+    if ceil_mode:
+        # capture.pool_out_size: rounded up, less a last window that would start in the right padding.
+        # That window's positions past the input are masked below, and the average's divisor clamps
+        # at the padded edge as PyTorch's does.
+        outs = [
+            sympy.Min(FloorDiv(spans[i] + s[i] - 1, s[i]), FloorDiv(sizes[i] + p[i] - 1, s[i])) + 1 for i in range(nd)
+        ]
+    else:
+        outs = [FloorDiv(spans[i], s[i]) + 1 for i in range(nd)]
     full = lead + outs + k
     rank = len(full)
     reduced = tuple(range(len(lead) + nd, rank))
