@@ -121,3 +121,45 @@ def test_the_csv_holds_a_row_per_model_with_its_status_and_regions(tmp_path, cap
     assert rows["1_Tiny.py"]["why_not"] == "1x no schedule lowers sort"
     assert rows["2_Broken.py"]["status"] == "out" and "Model" in rows["2_Broken.py"]["reason"]
     assert "1 of 2 models taken" in capsys.readouterr().out
+
+
+LSTM = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.LSTM(8, 16, 2, batch_first=True)
+        self.fc = nn.Linear(16, 4)
+
+    def forward(self, x):
+        out, _ = self.rnn(x)
+        return self.fc(out[:, -1, :])
+
+
+def get_inputs():
+    return [torch.randn(3, 40, 8)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_model_with_an_lstm_is_out_at_once_with_the_module_named(tmp_path):
+    """nn.LSTM/GRU/RNN would unroll into a region per step (the six dev LSTM and GRU models ran past
+    300 s): the survey row says the model is out and which module, before any capture."""
+    import time
+
+    from agent.model.survey import survey_one
+
+    path = tmp_path / "36_Lstm.py"
+    path.write_text(LSTM)
+    t0 = time.perf_counter()
+    row = survey_one(str(path))
+    assert row.status == "out"
+    assert "recurrent `rnn` (nn.LSTM, 2 layer-directions) is out of the model flow" in row.reason
+    assert row.regions == 0
+    assert time.perf_counter() - t0 < 60  # the unrolled capture is never started

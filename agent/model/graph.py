@@ -161,12 +161,36 @@ class _Runner(torch.fx.Interpreter):
         return super().call_function(target, args, kwargs)
 
 
+def _refuse_recurrent(module, path: str) -> None:
+    """A model with an nn.LSTM, nn.GRU or nn.RNN is out, said at once. Captured, such a module unrolls
+    into a region per time step, layer and direction (36_LSTMHn: 512 steps x 6 layers), whose capture
+    and lowering alone ran past 300 s on two CPU cores, and whose kernels, one launch per step, could
+    not beat cuDNN's fused recurrent kernel. A recurrent module kept whole as one reference region
+    would let the rest of such a model be searched; that is not built."""
+    from evaluation.problem import init_inputs
+
+    try:
+        with torch.device("meta"):
+            model = module.Model(*init_inputs(module))
+    except Exception:
+        return  # built on the host by the capture (capture._meta_model), which says what fails
+    for name, m in model.named_modules():
+        if isinstance(m, torch.nn.RNNBase):
+            layers = m.num_layers * (2 if m.bidirectional else 1)
+            raise ModelError(
+                f"{path}: recurrent `{name}` (nn.{type(m).__name__}, {layers} layer-directions) is out of the "
+                "model flow: captured, it unrolls into a region per time step, and no per-step kernel beats "
+                "cuDNN's fused one"
+            )
+
+
 def trace(source: str, path: str, device: str = "cpu", seed: int = 0) -> Traced:
     """Capture the model's forward (the lowering's capture) and build the real model and inputs."""
     from agent.proposers.lowering.capture import capture
     from evaluation.problem import exec_problem_source, init_inputs
 
     module = exec_problem_source(source, path)
+    _refuse_recurrent(module, path)
     captured = capture(source, path, static=True)  # sizes as shipped: the flow writes real sizes
     torch.manual_seed(seed)
     try:
