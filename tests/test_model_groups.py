@@ -4,6 +4,7 @@ time, and runs the winner in every one of them. Everything runs on the CPU in Tr
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -86,7 +87,7 @@ def test_a_group_is_hot_by_its_summed_share_where_each_member_alone_would_be_col
     plan = flow.prepare(deep(tmp_path), budget=8, min_share=min(together * 1.5, 0.99), work=tmp_path / "w2")
     cold = [plan.rows[f"r{i}"] for i in range(1, 5)]
     assert {r.state for r in cold} == {"cold"}
-    assert all("4 identical regions together" in (r.reason or "") for r in cold)
+    assert all("4 regions of one problem together" in (r.reason or "") for r in cold)
 
 
 def test_one_search_serves_every_identical_region_and_the_assembly_holds_its_kernel_once(tmp_path):
@@ -106,7 +107,7 @@ def test_one_search_serves_every_identical_region_and_the_assembly_holds_its_ker
     assert source.count("class _r1_ModelNew") == 1 and "class _r2_ModelNew" not in source
     for i in range(1, 5):  # every layer dispatches to the group's kernel, each with its own reference path
         assert f"self._kscout_r{i} = _r1_ModelNew()" in source
-        assert f"_kscout_region(self._kscout_r{i}, _r{i}_reference, _r1_SPEC" in source
+        assert f"_kscout_region(self._kscout_r{i}, _r{i}_reference, _r{i}_SPEC" in source
 
 
 def test_an_assembly_with_a_shared_winner_computes_the_reference_model(tmp_path):
@@ -116,8 +117,8 @@ def test_an_assembly_with_a_shared_winner_computes_the_reference_model(tmp_path)
     leads = [r for r in plan.regions if plan.rows[r.name].same_as is None]
     won = lowered_winners(plan.traced, leads, plan.free, tmp_path / "seeds")
     for name, row in plan.rows.items():
-        if row.same_as:
-            won[name] = won[row.same_as]
+        if row.same_as:  # at the member's own sizes, as flow.winners takes it
+            won[name] = dataclasses.replace(won[row.same_as], input_shapes=plan.extracted[name].input_shapes)
     source = assemble.assemble(plan.traced, plan.regions, plan.free, won, "deep")
     model = built(source, plan.traced, plan.path)
     launches = []

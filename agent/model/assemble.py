@@ -134,7 +134,8 @@ def assemble(traced: Traced, regions: list[Region], free: set, winners: dict[str
         if w is not None and w.region not in emitted:  # regions that share a search share its kernel's source
             emitted.add(w.region)
             parts.append(prefixed(w.source, f"_{w.region}_"))
-            parts.append(f"_{w.region}_SPEC = {_spec(w)!r}")
+        if w is not None:  # and each takes it at its own sizes only
+            parts.append(f"_{r.name}_SPEC = {_spec(w)!r}")
     body = init.body.rstrip("\n") + "\n"
     body += "".join(f"        self._kscout_{name} = _{w.region}_ModelNew()\n" for name, w in winners.items())
     forward = _forward(traced, regions, free, winners)
@@ -170,7 +171,7 @@ def _forward(traced: Traced, regions: list[Region], free: set, winners: dict[str
         lines += _glue([a for a in r.inputs if a not in names], names, meta, f"i_{r.name}_")
         args = ", ".join(f"{names[a]}.contiguous()" if a in free and a not in produced else names[a] for a in r.inputs)
         call = (
-            f"_kscout_region(self._kscout_{r.name}, _{r.name}_reference, _{winners[r.name].region}_SPEC, ({args}{',' if len(r.inputs) == 1 else ''}))"
+            f"_kscout_region(self._kscout_{r.name}, _{r.name}_reference, _{r.name}_SPEC, ({args}{',' if len(r.inputs) == 1 else ''}))"
             if r.name in winners
             else f"_{r.name}_reference({args})"
         )

@@ -3,7 +3,8 @@ region's: the one F.scaled_dot_product_attention call they compute, attention.py
 
 The file declares the real run's shapes (one size constant per input dimension, `S{input}_{dim}`),
 its dtype, and a SHAPES table holding exactly that case: the shape set comes from the run, not from a
-guess. Sizes that the graph computes (a view's target shape) are written as the values of the real
+guess. A region searched for a family of regions that differ only in sizes holds every member's sizes
+as a case (`with_cases`). Sizes that the graph computes (a view's target shape) are written as the values of the real
 run. Inputs that were never negative in the run (a ReLU's output, a running variance) are drawn from
 torch.rand, the others from torch.randn; integer inputs keep the run's range.
 
@@ -12,9 +13,11 @@ The same emitter writes a region's reference path inside the assembled model (as
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 import operator
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -208,3 +211,22 @@ def extract(region: Region, meta: dict, free: set, model_name: str, folder: Path
     path.write_text(source)
     shapes = tuple(tuple(meta[a].shape) for a in region.inputs)
     return Extracted(region=region.name, path=str(path), source=source, input_shapes=shapes, dtype=dtype)
+
+
+def with_cases(lead: Extracted, members: list[Extracted], timed: int) -> Extracted:
+    """`lead`'s problem with one SHAPES case per member's input sizes (the lead's first, as its file's
+    defaults stay), the first `timed` of them tagged "timed", the rest checked for correctness only. The
+    members run the lead's ops on inputs of the same ranks (flow.family_key), so each case binds every
+    `S{input}_{dim}` the file declares."""
+    cases = []
+    for j, m in enumerate(members):
+        case: dict = {f"S{i}_{d}": size for i, shape in enumerate(m.input_shapes) for d, size in enumerate(shape)}
+        case["tags"] = ["timed"] if j < timed else []
+        if case not in cases:
+            cases.append(case)
+    line = f"SHAPES = {{'cpu': {cases!r}, 'cuda': {cases!r}}}"
+    source, n = re.subn(r"^SHAPES = .*$", lambda _: line, lead.source, count=1, flags=re.M)
+    if n != 1:
+        raise ValueError(f"{lead.path}: no SHAPES line to widen")
+    Path(lead.path).write_text(source)
+    return dataclasses.replace(lead, source=source)

@@ -8,7 +8,8 @@ each search writes its stop rule with its run, as every search does.
 Identical regions (the same ops on the same shapes and dtypes, weights being inputs: a deep MLP's hidden
 layers, a transformer's repeated blocks) are one problem. The group is hot by its summed share, searched
 once with the group's budget, and its winner runs in every member: fifteen 3.5% layers are one 52% search,
-not fifteen cold regions.
+not fifteen cold regions. Regions that differ only in their sizes (a DenseNet's norms before each dense
+layer) are one problem too, with every member's sizes as a declared case (`_groups`).
 
 Winners: on a device that times kernels a region keeps its run's pick (a measured win over the
 reference), else its reference ops; on a CPU nothing is timed, so a region takes its run's passing
@@ -17,6 +18,7 @@ kernel, which proves the assembly correct and claims no speed.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections import Counter
@@ -74,25 +76,21 @@ def prepare(
     plan = Plan(path=str(path), device=device, traced=traced, regions=regions, free=free, profile=prof)
     name = Path(path).name
     reasons: dict[str, tuple[Any, Optional[str]]] = {}  # region -> (RegionRow.state, why)
-    first: dict[str, str] = {}  # a region problem's text -> the first region that has it
-    same_as: dict[str, str] = {}  # a region -> the earlier region with the same problem
     for r in regions:
         if r.kind == "reference":
             reasons[r.name] = ("reference", "no schedule lowers " + ", ".join(dict.fromkeys(r.ops)))
-            continue
-        e = extract.extract(r, traced.meta, free, name, work)
-        plan.extracted[r.name] = e
-        key = problem_key(e.source)
-        if key in first:  # lowered (or refused) once for all: the same text lowers the same way
-            same_as[r.name] = first[key]
-            if first[key] in reasons:
-                reasons[r.name] = reasons[first[key]]
-            continue
-        first[key] = r.name
+        else:
+            plan.extracted[r.name] = extract.extract(r, traced.meta, free, name, work)
+    same_as = _groups(plan, prof)  # a region -> the region whose problem it is searched as
+    for lead in [n for n in plan.extracted if n not in same_as]:  # each problem lowered (or refused) once
+        e = plan.extracted[lead]
         try:
             lower_source(e.source, e.path)
         except LoweringError as exc:
-            reasons[r.name] = ("not_lowered", " ".join(str(exc).split())[:200])
+            reasons[lead] = ("not_lowered", " ".join(str(exc).split())[:200])
+    for member, lead in same_as.items():
+        if lead in reasons:
+            reasons[member] = reasons[lead]
     # a group of identical regions is one problem: it is hot by its summed share and searched once
     group_share = {r.name: prof.share(r.name) for r in regions if r.name not in same_as}
     for member, lead in same_as.items():
@@ -102,7 +100,7 @@ def prepare(
         lead = same_as.get(r.name, r.name)
         if r.name not in reasons and group_share[lead] < min_share:
             n = group_size[lead]
-            share = f"{group_share[lead]:.1%}" + (f" ({n} identical regions together)" if n > 1 else "")
+            share = f"{group_share[lead]:.1%}" + (f" ({n} regions of one problem together)" if n > 1 else "")
             reasons[r.name] = ("cold", f"{share} of the time < --min-share {min_share:.0%}")
     hot = [r for r in regions if r.name not in reasons and r.name not in same_as]
     total = sum(group_share[r.name] for r in hot) or 1.0
@@ -128,6 +126,54 @@ def prepare(
             else 0,
         )
     return plan
+
+
+def _groups(plan: Plan, prof) -> dict[str, str]:
+    """Which regions are searched as one problem: member -> lead.
+
+    Identical regions (equal `problem_key`) are one problem outright. Regions that differ only in their
+    input sizes (equal `family_key`: a DenseNet's batch norm and ReLU before each dense layer, whose
+    channel count grows layer by layer) are one problem whose SHAPES holds every member's sizes as a
+    case (`extract.with_cases`): one kernel is searched and judged on all of them, and each member's
+    dispatch takes it at that member's own sizes (assemble._spec). The lead is the family's largest share
+    of the time; the cases of the largest shares are the timed ones."""
+    first: dict[str, str] = {}
+    same_as: dict[str, str] = {}
+    for name, e in plan.extracted.items():
+        key = problem_key(e.source)
+        if key in first:
+            same_as[name] = first[key]
+        else:
+            first[key] = name
+    share = {lead: prof.share(lead) for lead in first.values()}
+    for member, lead in same_as.items():
+        share[lead] += prof.share(member)
+    families: dict[str, list[str]] = {}
+    for key, lead in first.items():
+        families.setdefault(family_key(key), []).append(lead)
+    for members in families.values():
+        if len(members) < 2:
+            continue
+        members.sort(key=lambda m: -share[m])
+        lead = members[0]
+        plan.extracted[lead] = extract.with_cases(
+            plan.extracted[lead], [plan.extracted[m] for m in members], timed=TIMED_CASES
+        )
+        for m in members[1:]:
+            same_as[m] = lead
+        for dup, to in list(same_as.items()):
+            if to in members[1:]:
+                same_as[dup] = lead
+    return same_as
+
+
+TIMED_CASES = 4  # a family's cases that are timed (its largest shares): the rest are checked, not timed
+
+
+def family_key(key: str) -> str:
+    """A `problem_key` without its sizes (the `S0_1 = 64` lines and SHAPES): regions with equal family keys
+    run the same ops in the same order on inputs of the same ranks and dtypes, at other sizes."""
+    return "\n".join(line for line in key.splitlines() if not re.match(r"^(S\d+_\d+ = \d+|SHAPES = .*)$", line))
 
 
 def problem_key(source: str) -> str:
@@ -191,8 +237,9 @@ def winners(plan: Plan, store, runs: dict[str, str], *, no_hybrid: bool = False)
         plan.rows[name] = row.model_copy(update=update)
         for member in [m for m, r in plan.rows.items() if r.same_as == name]:  # the same problem: the same pick
             plan.rows[member] = plan.rows[member].model_copy(update=update)
-            if name in out:
-                out[member] = out[name]
+            if name in out:  # taken at the member's own sizes, one of the problem's cases (_groups)
+                shapes = plan.extracted[member].input_shapes
+                out[member] = dataclasses.replace(out[name], input_shapes=shapes)
     return out
 
 

@@ -41,6 +41,7 @@ class SurveyRow(BaseModel):
     not_lowered: int = 0
     lowered_share: Optional[float] = None  # of the regions' profiled time, in regions the lowering takes
     hot: int = 0  # regions a search would take (lowered, share >= min_share)
+    searches: int = 0  # the problems those regions make: identical regions and size families are one each
     eager_us: Optional[float] = None
     why_not: tuple[str, ...] = ()  # the commonest reasons a region stays reference ops
     seconds: float = 0.0
@@ -77,6 +78,7 @@ def survey_one(path: str, device: str = "cpu", min_share: float = 0.05) -> Surve
         not_lowered=states["not_lowered"],
         lowered_share=lowered / total if total > 0 else None,
         hot=states["searched"],
+        searches=sum(1 for r in rows if r.state == "searched" and r.same_as is None),
         eager_us=plan.profile.eager_us,
         why_not=tuple(f"{n}x {w}" for w, n in why.most_common(3)),
         seconds=time.perf_counter() - t0,
@@ -110,12 +112,15 @@ def survey(paths: list[str], device: str = "cpu", timeout_s: float = 240.0, on_r
 def _table(rows: list[SurveyRow]):
     from agent.term import table
 
-    t = table("model", "status", "regions (mm/chain/ref)", "lowered share", "hot", "why not (commonest)", "s")
+    t = table(
+        "model", "status", "regions (mm/chain/ref)", "lowered share", "hot (searches)", "why not (commonest)", "s"
+    )
     for r in rows:
         kinds = f"{r.regions} ({r.contraction}/{r.chain}/{r.reference})" if r.status == "taken" else "-"
         share = f"{r.lowered_share:.0%}" if r.lowered_share is not None else "-"
         why = "; ".join(r.why_not) if r.status == "taken" else (r.reason or "")
-        t.add_row(r.model, r.status, kinds, share, str(r.hot) if r.status == "taken" else "-", why, f"{r.seconds:.0f}")
+        hot = f"{r.hot} ({r.searches})" if r.status == "taken" else "-"
+        t.add_row(r.model, r.status, kinds, share, hot, why, f"{r.seconds:.0f}")
     return t
 
 
