@@ -139,3 +139,37 @@ def test_the_survey_counts_a_family_as_one_search(tmp_path):
     # the three widening layers (three quarters of the contractions' time) are hot as one search; the
     # last layer is hot or cold by its own share, one search or none
     assert row.hot - row.searches == 2
+
+
+def test_a_member_row_quotes_its_own_timed_case_and_an_untimed_one_the_family_geomean():
+    from evaluation.records import Baseline, EvalResult, Speedup, Status, TimedCase
+    from tests.test_speedup_definition import FP, STATS
+
+    def case(width, ratio, ms):
+        stats = STATS.model_copy(update={"latency_ms_p50": ms})
+        return TimedCase(
+            case_id=f"w{width}",
+            params={"S0_0": 4, "S0_1": width},
+            dtype="float32",
+            candidate=stats,
+            baselines=(Baseline(name="eager", timing=STATS),),
+            speedups=(Speedup(baseline="eager", ratio=ratio, ratio_low=ratio, ratio_high=ratio, significant=True),),
+        )
+
+    res = EvalResult(
+        status=Status.passed,
+        candidate_sha256="x",
+        problem_id="p",
+        problem_name="r1",
+        device="cuda",
+        timing=(case(16, 2.0, 0.5), case(24, 0.5, 2.0)),
+        fingerprint=FP,
+        started_at="2026-01-01T00:00:00+00:00",
+        duration_s=1.0,
+    )
+    assert flow.region_judged(res, ((4, 24),)) == {"judged": "passed", "speedup": 0.5, "kernel_us": 2000.0}
+    assert flow.region_judged(res, ((4, 16),)) == {"judged": "passed", "speedup": 2.0, "kernel_us": 500.0}
+    untimed = flow.region_judged(res, ((4, 32),))  # checked, not timed: the family's geomean over its timed cases
+    assert untimed["speedup"] == pytest.approx(1.0) and untimed["kernel_us"] == pytest.approx(1000.0)
+    failed = res.model_copy(update={"status": Status.incorrect})
+    assert flow.region_judged(failed, ((4, 16),)) == {"judged": "incorrect", "speedup": None, "kernel_us": None}

@@ -315,6 +315,21 @@ def model_problem(plan: Plan, work: Path, tolerance: str = "kernelbench") -> str
     return str(path)
 
 
+def region_judged(res, input_shapes) -> dict[str, Any]:
+    """A region row's judge fields from its problem's evaluation: the timed case at the region's own sizes
+    where there is one (a member of a size family, `_groups`), else the geomean over the timed cases."""
+    speed = res.measured_speedup("eager")
+    fields: dict[str, Any] = {"judged": res.status.value, "speedup": None, "kernel_us": None}
+    if speed is None:
+        return fields
+    own = {f"S{i}_{d}": size for i, shape in enumerate(input_shapes) for d, size in enumerate(shape)}
+    case = next((t for t in res.timing if t.params == own), None)
+    ratio = next((s.ratio for s in case.speedups if s.baseline == "eager"), None) if case else None
+    if case is not None and ratio is not None:
+        return {**fields, "speedup": ratio, "kernel_us": case.candidate.latency_ms_p50 * 1000.0}
+    return {**fields, "speedup": speed.ratio, "kernel_us": kernel_us(res)}
+
+
 def kernel_us(res) -> Optional[float]:
     """A timed evaluation's own time in microseconds: the geometric mean of its timed cases' p50."""
     from agent.search.coverage import geomean
@@ -345,18 +360,12 @@ def judge(
     # Candidates run through an executor, as everywhere in agent/ (a sandboxed worker; timed on a GPU).
     executor = make_executor(device=dev, trials=trials)
     try:
-        judged: dict[str, dict] = {}  # a winner's region -> its judge's row fields, once per kernel
+        judged: dict[str, Any] = {}  # a winner's region -> its judge's result, once per kernel
         for name, w in (winners_ or {}).items():
             if w.region not in judged:
                 problem = evaluation.load_problem(plan.extracted[w.region].path, dev)
-                res = dict(executor.evaluate_batch([w.source], problem))[0]
-                speed = res.measured_speedup("eager")
-                judged[w.region] = {
-                    "judged": res.status.value,
-                    "speedup": speed.ratio if speed else None,
-                    "kernel_us": kernel_us(res) if speed else None,
-                }
-            plan.rows[name] = plan.rows[name].model_copy(update=judged[w.region])
+                judged[w.region] = dict(executor.evaluate_batch([w.source], problem))[0]
+            plan.rows[name] = plan.rows[name].model_copy(update=region_judged(judged[w.region], w.input_shapes))
         # the tolerance policy is written into the model's problem file (model_problem): loaded as declared
         problem = evaluation.load_problem(model_problem(plan, work, tolerance), dev)
         res = dict(executor.evaluate_batch([source], problem))[0]
