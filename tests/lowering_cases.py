@@ -150,6 +150,11 @@ CASES: dict[str, str] = {
         "[torch.randn(1, 2, 5, 6, 7)]",
         init="self.p = nn.AvgPool3d(2, stride=2, padding=1, count_include_pad=False)",
     ),
+    # F.pad, constant: a positive pad fills, a negative one crops (SwinMLP pads its windows)
+    "pad_crop": ref(
+        "def forward(self, x):\n    return F.pad(x, [1, -2, 2, 0, 0, 1], value=0.5) * 2.0\n",
+        "[torch.randn(2, 3, 7, 9)]",
+    ),
     # ceil_mode (SqueezeNet's max pools): the last, partial window is kept unless it would start in
     # the right padding; the average's divisor stops at the padded edge
     "maxpool2d_ceil": ref(

@@ -25,6 +25,7 @@ FAST = (
     "cumsum_reverse",
     "maxpool2d",
     "maxpool2d_ceil",
+    "pad_crop",
     "linear_epilogue",
     "gemm_groupnorm",
     "hinge",

@@ -180,7 +180,31 @@ def decompositions() -> dict:
     ):
         for overload in keep.overloads():
             table.pop(getattr(keep, overload), None)
+    table[aten.constant_pad_nd.default] = _constant_pad
     return table
+
+
+def _constant_pad(x, pad, value=0.0):
+    """F.pad(mode="constant") as slices (negative pads crop) and a `cat` with filled blocks, dim by dim:
+    ops the lowering has, with no write. PyTorch's own decomposition fills a new tensor and copies the
+    input into a slice of it (`prims.copy_to`), a write into a view that functionalization refuses."""
+    aten = torch.ops.aten
+    out = x
+    for i in range(len(pad) // 2):
+        dim = x.dim() - 1 - i
+        lo, hi = pad[2 * i], pad[2 * i + 1]
+        if lo < 0:
+            out = aten.slice.Tensor(out, dim, -lo, out.shape[dim])
+        if hi < 0:
+            out = aten.slice.Tensor(out, dim, 0, out.shape[dim] + hi)
+        parts = []
+        for width in (lo, hi):
+            shape = list(out.shape)
+            shape[dim] = width
+            parts.append(aten.full.default(shape, value, dtype=x.dtype, device=x.device) if width > 0 else None)
+        if parts[0] is not None or parts[1] is not None:
+            out = aten.cat.default([p for p in (parts[0], out, parts[1]) if p is not None], dim)
+    return out
 
 
 # ---------------------------------------------------------------- the reference's __init__ for ModelNew
