@@ -155,6 +155,16 @@ CASES: dict[str, str] = {
         "def forward(self, x):\n    return F.pad(x, [1, -2, 2, 0, 0, 1], value=0.5) * 2.0\n",
         "[torch.randn(2, 3, 7, 9)]",
     ),
+    # a tensor made from a Python number in forward (SwinV2's clamp of its logit scale)
+    "number_tensor": ref(
+        """
+        def forward(self, x):
+            s = torch.clamp(self.s.to(x.device), max=torch.log(torch.tensor(1.0 / 0.01, device=x.device))).exp()
+            return x * s
+        """,
+        "[torch.randn(2, 3, 4, 5)]",
+        init="self.s = nn.Parameter(torch.tensor([[[1.0]], [[5.0]], [[-2.0]]]))",
+    ),
     # ceil_mode (SqueezeNet's max pools): the last, partial window is kept unless it would start in
     # the right padding; the average's divisor stops at the padded edge
     "maxpool2d_ceil": ref(

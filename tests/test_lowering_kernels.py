@@ -26,6 +26,7 @@ FAST = (
     "maxpool2d",
     "maxpool2d_ceil",
     "pad_crop",
+    "number_tensor",
     "linear_epilogue",
     "gemm_groupnorm",
     "hinge",

@@ -560,6 +560,22 @@ def _in_thread(tracer: int, fn, original):
     return dispatch
 
 
+def _number_tensor(original):
+    """`torch.tensor(number, ...)` in a forward (SwinV2's `torch.log(torch.tensor(1. / 0.01,
+    device=x.device))`) as `torch.full((), number, ...)`: the factory op the trace records with its value.
+    torch.tensor itself makes a real tensor, on the meta device here, which the fake tensors refuse as
+    an input nobody lifted. Anything but a plain number goes to `original`."""
+
+    def tensor(data, *args, dtype=None, device=None, requires_grad=False, **kwargs):
+        if args or kwargs or requires_grad or type(data) not in (bool, int, float):
+            return original(data, *args, dtype=dtype, device=device, requires_grad=requires_grad, **kwargs)
+        if dtype is None:
+            dtype = {bool: torch.bool, int: torch.int64}.get(type(data), torch.get_default_dtype())
+        return torch.full((), data, dtype=dtype, device=device)
+
+    return tensor
+
+
 @contextlib.contextmanager
 def _patched(model, patched, carrier_values):
     import torch.nn.functional as F
@@ -569,6 +585,8 @@ def _patched(model, patched, carrier_values):
     tracer = threading.get_ident()
     for name, fn in replacements.items():
         setattr(F, name, _in_thread(tracer, fn, saved_f[name]))
+    saved_tensor = torch.tensor
+    torch.tensor = _in_thread(tracer, _number_tensor(saved_tensor), saved_tensor)
     saved_fwd = []
     try:
         for m, what, info in patched:
@@ -665,6 +683,7 @@ def _patched(model, patched, carrier_values):
                 m.forward = fwd
         yield
     finally:
+        torch.tensor = saved_tensor
         for name, fn in saved_f.items():
             setattr(F, name, fn)
         for m, old in saved_fwd:
