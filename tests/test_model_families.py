@@ -6,7 +6,6 @@ only. Everything runs on the CPU in Triton's interpreter."""
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import pytest
@@ -94,7 +93,7 @@ def test_each_member_takes_the_family_kernel_at_its_own_sizes_and_the_model_is_u
     won = lowered_winners(plan.traced, leads, plan.free, tmp_path / "seeds")
     for name, row in plan.rows.items():
         if row.same_as:
-            won[name] = dataclasses.replace(won[row.same_as], input_shapes=plan.extracted[name].input_shapes)
+            won[name] = flow.member_winner(plan, won[row.same_as], name)
     source = assemble.assemble(plan.traced, plan.regions, plan.free, won, "widening")
     lead = next(r for r in ("r0", "r1", "r2") if plan.rows[r].same_as is None)
     assert source.count(f"class _{lead}_ModelNew") == 1  # one kernel source for the family

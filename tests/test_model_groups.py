@@ -4,7 +4,6 @@ time, and runs the winner in every one of them. Everything runs on the CPU in Tr
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import pytest
@@ -118,7 +117,7 @@ def test_an_assembly_with_a_shared_winner_computes_the_reference_model(tmp_path)
     won = lowered_winners(plan.traced, leads, plan.free, tmp_path / "seeds")
     for name, row in plan.rows.items():
         if row.same_as:  # at the member's own sizes, as flow.winners takes it
-            won[name] = dataclasses.replace(won[row.same_as], input_shapes=plan.extracted[name].input_shapes)
+            won[name] = flow.member_winner(plan, won[row.same_as], name)
     source = assemble.assemble(plan.traced, plan.regions, plan.free, won, "deep")
     model = built(source, plan.traced, plan.path)
     launches = []

@@ -108,7 +108,7 @@ def _kscout_region(kernel, reference, spec, inputs):
 
 def _spec(w: Winner) -> dict:
     bindings = {f"S{i}_{d}": (i, d) for i, shape in enumerate(w.input_shapes) for d in range(len(shape))}
-    sizes = {f"S{i}_{d}": s for i, shape in enumerate(w.input_shapes) for d, s in enumerate(shape)}
+    sizes = extract.size_params(w.input_shapes)
     shape_range = {k: {"min": v, "max": v, "multiple_of": 1} for k, v in sizes.items()}
     return {
         "kernels": {arch: {"dtypes": [w.dtype], "shape_range": shape_range} for arch in w.archs},

@@ -213,6 +213,11 @@ def extract(region: Region, meta: dict, free: set, model_name: str, folder: Path
     return Extracted(region=region.name, path=str(path), source=source, input_shapes=shapes, dtype=dtype)
 
 
+def size_params(input_shapes) -> dict[str, int]:
+    """The size constants a region's problem file declares for these input shapes: {"S0_1": 64, ...}."""
+    return {f"S{i}_{d}": size for i, shape in enumerate(input_shapes) for d, size in enumerate(shape)}
+
+
 def with_cases(lead: Extracted, members: list[Extracted], timed: int) -> Extracted:
     """`lead`'s problem with one SHAPES case per member's input sizes (the lead's first, as its file's
     defaults stay), the first `timed` of them tagged "timed", the rest checked for correctness only. The
@@ -220,8 +225,7 @@ def with_cases(lead: Extracted, members: list[Extracted], timed: int) -> Extract
     `S{input}_{dim}` the file declares."""
     cases = []
     for j, m in enumerate(members):
-        case: dict = {f"S{i}_{d}": size for i, shape in enumerate(m.input_shapes) for d, size in enumerate(shape)}
-        case["tags"] = ["timed"] if j < timed else []
+        case: dict = {**size_params(m.input_shapes), "tags": ["timed"] if j < timed else []}
         if case not in cases:
             cases.append(case)
     line = f"SHAPES = {{'cpu': {cases!r}, 'cuda': {cases!r}}}"

@@ -91,7 +91,7 @@ def prepare(
     for member, lead in same_as.items():
         if lead in reasons:
             reasons[member] = reasons[lead]
-    # a group of identical regions is one problem: it is hot by its summed share and searched once
+    # a group (identical regions, or a size family) is one problem: hot by its summed share, searched once
     group_share = {r.name: prof.share(r.name) for r in regions if r.name not in same_as}
     for member, lead in same_as.items():
         group_share[lead] += prof.share(member)
@@ -237,10 +237,15 @@ def winners(plan: Plan, store, runs: dict[str, str], *, no_hybrid: bool = False)
         plan.rows[name] = row.model_copy(update=update)
         for member in [m for m, r in plan.rows.items() if r.same_as == name]:  # the same problem: the same pick
             plan.rows[member] = plan.rows[member].model_copy(update=update)
-            if name in out:  # taken at the member's own sizes, one of the problem's cases (_groups)
-                shapes = plan.extracted[member].input_shapes
-                out[member] = dataclasses.replace(out[name], input_shapes=shapes)
+            if name in out:
+                out[member] = member_winner(plan, out[name], member)
     return out
+
+
+def member_winner(plan: Plan, lead: assemble.Winner, member: str) -> assemble.Winner:
+    """The lead's kernel as a member region takes it: at the member's own sizes, one of the problem's
+    cases (`_groups`), so its dispatch never runs the kernel at sizes the judge did not check."""
+    return dataclasses.replace(lead, input_shapes=plan.extracted[member].input_shapes)
 
 
 def no_kernel_reason(s) -> str:
@@ -322,7 +327,7 @@ def region_judged(res, input_shapes) -> dict[str, Any]:
     fields: dict[str, Any] = {"judged": res.status.value, "speedup": None, "kernel_us": None}
     if speed is None:
         return fields
-    own = {f"S{i}_{d}": size for i, shape in enumerate(input_shapes) for d, size in enumerate(shape)}
+    own = extract.size_params(input_shapes)
     case = next((t for t in res.timing if t.params == own), None)
     ratio = next((s.ratio for s in case.speedups if s.baseline == "eager"), None) if case else None
     if case is not None and ratio is not None:

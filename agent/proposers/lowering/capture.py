@@ -197,13 +197,13 @@ def _constant_pad(x, pad, value=0.0):
             out = aten.slice.Tensor(out, dim, -lo, out.shape[dim])
         if hi < 0:
             out = aten.slice.Tensor(out, dim, 0, out.shape[dim] + hi)
-        parts = []
-        for width in (lo, hi):
-            shape = list(out.shape)
-            shape[dim] = width
-            parts.append(aten.full.default(shape, value, dtype=x.dtype, device=x.device) if width > 0 else None)
-        if parts[0] is not None or parts[1] is not None:
-            out = aten.cat.default([p for p in (parts[0], out, parts[1]) if p is not None], dim)
+        if lo > 0 or hi > 0:
+
+            def block(width, like=out, dim=dim):
+                shape = [width if j == dim else s for j, s in enumerate(like.shape)]
+                return [aten.full.default(shape, value, dtype=x.dtype, device=x.device)] if width > 0 else []
+
+            out = aten.cat.default(block(lo) + [out] + block(hi), dim)
     return out
 
 
